@@ -1,0 +1,35 @@
+// The data stored in every lock node: compact JSON, at most 256 bytes,
+// written once at create and never changed (docs/protocol.md).
+//   {"owner":"host/123/7","host":"host","pid":123,"mode":"exclusive","priority":0,
+//    "description":"nightly invoice run"}
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "zklock/node_name.hpp"
+
+namespace zklock {
+
+inline constexpr std::size_t kMaxNodeDataBytes = 256;
+
+struct NodeData {
+  std::string owner;
+  std::string host;
+  std::int64_t pid = 0;
+  Mode mode = Mode::exclusive;
+  int priority = 0;
+  std::string description;  // optional; empty means absent
+};
+
+// Encodes compactly. An over-long description is truncated (at a UTF-8
+// boundary) to fit; if owner and host alone do not fit, throws Error
+// (Errc::invalid_argument).
+std::string encode_node_data(const NodeData& data);
+
+// Decodes; nullopt for malformed, oversized or incomplete data (never throws).
+std::optional<NodeData> decode_node_data(std::string_view bytes) noexcept;
+
+}  // namespace zklock
