@@ -1,0 +1,214 @@
+// zklock::Client — one ZooKeeper session, kept alive and accounted for.
+//
+// A Client owns the C client's zhandle_t and everything hanging off it. It
+// reports connection states to listeners, re-establishes a new session by
+// itself after expiry (every lease of the old one is lost), and maintains a
+// validity bound that does not trust the network:
+//
+//   valid_until() = send time of the last acknowledged heartbeat
+//                   + negotiated session timeout − safety margin
+//
+// The server cannot have expired the session before valid_until(): it saw a
+// request no earlier than that send time and waits at least the negotiated
+// timeout after its last request before expiring. Heartbeats go out every
+// third of the timeout. A process frozen past its session sees valid_until()
+// in the past the instant it resumes (steady clock), before any I/O runs.
+//
+// Thread-safety: all methods may be called from any thread. Callbacks given
+// to the async operations run on the C client's completion thread: they must
+// be cheap and must not block (hand work on; never call a synchronous method
+// from them — it throws Errc::invalid_state instead of deadlocking).
+// Listener callbacks run on the client's own callback thread, in order.
+// Destroying a Client with operations or watches pending is safe: their
+// callbacks run once with Errc::closing. Do not destroy a Client from one of
+// its own callbacks.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <spdlog/common.h>
+
+#include "zklock/error.hpp"
+
+namespace zklock {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+enum class ConnectionState {
+  connected,    // a new session is established
+  suspended,    // disconnected; the session may still live on the server
+  reconnected,  // the same session is back
+  lost,         // the session expired (or authentication failed): every lease of it is lost
+};
+std::string_view state_name(ConnectionState s) noexcept;
+
+struct DigestCredentials {
+  std::string user;
+  std::string password;
+};
+
+// ZooKeeper permission bits.
+namespace perm {
+inline constexpr int read = 1, write = 2, create = 4, remove = 8, admin = 16, all = 31;
+}
+
+struct AclEntry {
+  std::string scheme;  // "world", "digest", "auth", "ip"
+  std::string id;      // "anyone", "user:base64(sha1(user:password))", ...
+  int perms = perm::all;
+};
+
+struct ClientOptions {
+  // "host:port[,host:port...][/chroot]". Validated up front.
+  std::string connect = "127.0.0.1:2181";
+  // Requested session timeout; the server may negotiate it into its bounds.
+  std::chrono::milliseconds session_timeout = 10s;
+  // How long the constructor waits for the first session before failing.
+  std::chrono::milliseconds connect_timeout = 5s;
+  std::optional<DigestCredentials> credentials;
+  // ACL put on nodes zklock creates. Empty: world:anyone:all without
+  // credentials; with credentials, "auth" (the creator) all + world read.
+  std::vector<AclEntry> acl;
+  // Prefix of default owner ids; default "<hostname>/<pid>".
+  std::string owner_prefix;
+  // Subtracted from the validity bound for clock-rate error between client
+  // and server. Zero picks max(negotiated timeout / 10, 20 ms).
+  std::chrono::milliseconds validity_margin = 0ms;
+  // The C client re-resolves host names on every I/O loop by default, which
+  // costs client CPU on every request; re-resolve at most this often.
+  std::chrono::milliseconds resolution_delay = 30s;
+  // Level at which the C client's own log is passed to spdlog.
+  spdlog::level::level_enum zk_log_level = spdlog::level::warn;
+  // spdlog logger name used by zklock ("zklock").
+  std::string logger = "zklock";
+};
+
+// The result of one ZooKeeper operation: a ZooKeeper return code.
+struct Status {
+  int rc = 0;
+  bool ok() const noexcept { return rc == 0; }
+  Errc code() const noexcept { return errc_from_zk(rc); }
+  bool is(Errc c) const noexcept { return rc != 0 && code() == c; }
+  Error error(std::string_view context) const { return error_from_zk(rc, context); }
+};
+
+struct Stat {
+  std::int64_t czxid = 0, mzxid = 0, ctime = 0, mtime = 0, pzxid = 0;
+  std::int32_t version = 0, cversion = 0, aversion = 0;
+  std::int64_t ephemeral_owner = 0;
+  std::int32_t data_length = 0, num_children = 0;
+};
+
+enum class CreateMode { persistent, ephemeral, persistent_sequential, ephemeral_sequential, container };
+
+struct WatchEvent {
+  enum class Type { created, deleted, changed, child } type;
+  std::string path;
+};
+// A one-shot watch, delivered once to exactly the caller that set it. Session
+// events are not delivered to it (use listeners).
+using Watcher = std::function<void(const WatchEvent&)>;
+
+// One operation of a multi().
+struct Op {
+  enum class Kind { create, remove, set_data, check } kind = Kind::check;
+  std::string path;
+  std::string data;
+  CreateMode mode = CreateMode::persistent;
+  int version = -1;  // -1: any version (for check: the node must exist)
+
+  static Op create(std::string path, std::string data, CreateMode mode = CreateMode::persistent);
+  static Op remove(std::string path, int version = -1);
+  static Op set_data(std::string path, std::string data, int version = -1);
+  static Op check(std::string path, int version = -1);
+};
+struct OpResult {
+  Status status;
+  std::string created_path;  // for Kind::create
+};
+
+class Client {
+ public:
+  // Connects and waits for the first session. Throws Error:
+  // invalid_argument for a malformed connect string, connect_timeout when no
+  // server answers within options.connect_timeout, auth_failed.
+  explicit Client(ClientOptions options);
+  ~Client();
+  Client(Client&&) noexcept;
+  Client& operator=(Client&&) noexcept;
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const ClientOptions& options() const noexcept;
+
+  ConnectionState state() const;
+  bool connected() const;
+  std::int64_t session_id() const;
+  // Counts sessions: 1 for the first, +1 each time a new one replaces an expired one.
+  std::uint64_t session_epoch() const;
+  std::chrono::milliseconds negotiated_timeout() const;
+  // See the file comment. In the past while no session is known to be alive.
+  Clock::time_point valid_until() const;
+  // Blocks until connected (or the deadline). Returns whether connected.
+  bool wait_connected(std::chrono::milliseconds timeout) const;
+
+  using ListenerId = std::uint64_t;
+  ListenerId add_listener(std::function<void(ConnectionState)> listener);
+  void remove_listener(ListenerId id);
+
+  // "<owner_prefix>/<thread id>" for the calling thread.
+  std::string default_owner() const;
+  const std::string& owner_prefix() const noexcept;
+
+  // The ensemble's identity (docs/protocol.md): /zklock/ensemble-id, created
+  // if absent, read once per session. Synchronous form throws Error.
+  std::string ensemble_id();
+  void ensemble_id_async(std::function<void(Status, const std::string&)> done);
+
+  // --- asynchronous operations (callbacks on the completion thread) ---
+  void create(std::string path, std::string data, CreateMode mode,
+              std::function<void(Status, const std::string& created_path, const Stat&)> done);
+  void get_children(std::string path, Watcher watch,
+                    std::function<void(Status, std::vector<std::string>)> done);
+  void exists(std::string path, Watcher watch, std::function<void(Status, const Stat&)> done);
+  void get(std::string path, Watcher watch,
+           std::function<void(Status, std::string data, const Stat&)> done);
+  void set_data(std::string path, std::string data, int version,
+                std::function<void(Status, const Stat&)> done);
+  void remove(std::string path, int version, std::function<void(Status)> done);
+  void multi(std::vector<Op> ops, std::function<void(Status, std::vector<OpResult>)> done);
+
+  // --- synchronous conveniences (throw Error; never call from a callback) ---
+  // Creates `path` and any missing ancestors (ancestors as `parent_mode`,
+  // which must be persistent or container). Existing nodes are fine.
+  void ensure_path(const std::string& path, CreateMode parent_mode = CreateMode::container);
+  std::optional<std::string> get_data(const std::string& path, Stat* stat = nullptr);
+  std::vector<std::string> children(const std::string& path);  // throws no_node if missing
+  std::optional<Stat> stat(const std::string& path);
+
+  // Runs fn on the client's callback thread (user-facing notifications).
+  void post(std::function<void()> fn);
+
+  // Internal: the implementation shared with zklock's recipes.
+  struct Impl;
+  std::shared_ptr<Impl> impl() const noexcept { return impl_; }
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// Validates a connect string; throws Error(invalid_argument) explaining why.
+void validate_connect_string(std::string_view connect);
+
+// "user:base64(sha1(user:password))" — the id of a digest ACL entry.
+std::string digest_acl_id(std::string_view user, std::string_view password);
+
+}  // namespace zklock

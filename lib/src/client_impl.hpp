@@ -1,0 +1,188 @@
+// Internal: the implementation behind zklock::Client, shared with the recipes.
+//
+// Threads:
+//  - the C client's I/O and completion threads (one pair per zhandle_t);
+//    ZooKeeper callbacks and watches run on the completion thread;
+//  - the timer thread: heartbeats, validity deadlines, session replacement,
+//    recipe timeouts, and callbacks for operations that failed before being
+//    sent (never run inline: an op issuer may hold its own lock);
+//  - the callback thread: user-facing notifications (listeners, on_lost,
+//    acquire_async completions), so user code never blocks ZooKeeper's thread.
+//
+// Invariants:
+//  (1) `handle_` is swapped only under the exclusive `handle_mu_`; ops are
+//      issued under the shared lock, so a zhandle_t is never closed while a
+//      zoo_a* call on it is in progress, and is closed outside every lock.
+//  (2) Every op context is freed exactly once: by its completion, or, when
+//      the C client refused the request, by the deferred failure callback.
+//  (3) valid_until_ only grows within one session epoch; it is reset to the
+//      distant past when the session is lost.
+#pragma once
+
+#include <zookeeper/zookeeper.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_set>
+
+#include <spdlog/spdlog.h>
+
+#include "zklock/client.hpp"
+
+namespace zklock {
+
+// Session events seen by recipes. validity_expired: disconnected, and
+// valid_until() passed before the same session came back.
+enum class SessionEvent { connected, suspended, reconnected, lost, validity_expired };
+
+struct WatchCtx;
+
+// Marks the current thread as running a zklock callback for `epoch`, so
+// synchronous calls can refuse instead of deadlocking.
+struct CallbackScope {
+  explicit CallbackScope(std::uint64_t epoch);
+  ~CallbackScope();
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+  std::uint64_t prev_epoch;
+  bool prev_in;
+};
+void free_watch_ctx(WatchCtx* w) noexcept;
+
+// One zhandle_t and what hangs off it. Lives until closed by the Impl.
+struct Handle {
+  zhandle_t* zh = nullptr;
+  Client::Impl* impl = nullptr;
+  std::uint64_t epoch = 0;
+  bool connected_once = false;  // completion thread only
+  Clock::time_point started;
+  std::mutex watches_mu;
+  std::unordered_set<WatchCtx*> watches;  // GUARDED_BY(watches_mu)
+};
+
+struct Client::Impl {
+  using ListenerId = Client::ListenerId;
+  explicit Impl(ClientOptions o);
+  ~Impl();
+
+  void start();          // creates the first handle and waits (throws)
+  void shutdown();       // idempotent; closes everything
+
+  // --- op plumbing (client_ops.cpp) ---
+  // Runs `issue(zh)` under the shared handle lock. When it returns non-ZOK
+  // (nothing will call the completion), `fail(rc)` runs on the timer thread.
+  void issue(const std::function<int(zhandle_t*, Handle*)>& issue, std::function<void(int)> fail);
+  const ACL_vector* acl() const { return &acl_vector_; }
+
+  // Recipes learn which session an answer belongs to from this, valid inside
+  // a ZooKeeper callback only.
+  static std::uint64_t callback_epoch() noexcept;
+  static bool in_callback() noexcept;
+
+  // Called for every server answer to a request sent at `sent` on `h`.
+  void note_ack(Handle* h, Clock::time_point sent);
+
+  // --- events (session.cpp) ---
+  void on_session_event(Handle* h, int state);
+  using ObserverId = std::uint64_t;
+  // Observers run inline on the thread that saw the event (completion or
+  // timer thread): they must not block.
+  ObserverId observe(std::function<void(SessionEvent, std::uint64_t epoch)> fn);
+  void unobserve(ObserverId id);
+
+  // --- timer thread ---
+  using TimerId = std::uint64_t;
+  TimerId schedule_at(Clock::time_point when, std::function<void()> fn);
+  TimerId defer(std::function<void()> fn) { return schedule_at(Clock::time_point::min(), std::move(fn)); }
+  void cancel(TimerId id);
+  void post_user(std::function<void()> fn);
+
+  std::uint64_t epoch() const { return epoch_.load(); }
+  std::chrono::milliseconds negotiated() const {
+    std::lock_guard lk(mu_);
+    return negotiated_;
+  }
+  std::int64_t session_id() const {
+    std::lock_guard lk(mu_);
+    return session_id_;
+  }
+  bool connected() const {
+    std::lock_guard lk(mu_);
+    return has_session_ && (state_ == ConnectionState::connected || state_ == ConnectionState::reconnected);
+  }
+
+  // --- asynchronous operations (client_ops.cpp); see client.hpp ---
+  void create(std::string path, std::string data, CreateMode mode,
+              std::function<void(Status, const std::string&, const Stat&)> done);
+  void get_children(std::string path, Watcher watch,
+                    std::function<void(Status, std::vector<std::string>)> done);
+  void exists(std::string path, Watcher watch, std::function<void(Status, const Stat&)> done);
+  void get(std::string path, Watcher watch, std::function<void(Status, std::string, const Stat&)> done);
+  void set_data(std::string path, std::string data, int version, std::function<void(Status, const Stat&)> done);
+  void remove(std::string path, int version, std::function<void(Status)> done);
+  void multi(std::vector<Op> ops, std::function<void(Status, std::vector<OpResult>)> done);
+  void ensemble_id_async(std::function<void(Status, const std::string&)> done);
+  Clock::time_point valid_until() const {
+    return Clock::time_point(Clock::duration(valid_until_.load()));
+  }
+  std::shared_ptr<spdlog::logger> log;
+  ClientOptions opts;
+  std::string owner_prefix;
+
+  // state, guarded by mu_
+  mutable std::mutex mu_;
+  mutable std::condition_variable state_cv_;
+  ConnectionState state_ = ConnectionState::suspended;
+  bool has_session_ = false;
+  std::int64_t session_id_ = 0;
+  std::chrono::milliseconds negotiated_{0};
+  std::map<ListenerId, std::function<void(ConnectionState)>> listeners_;
+  ListenerId next_listener_ = 1;
+  std::map<ObserverId, std::function<void(SessionEvent, std::uint64_t)>> observers_;
+  ObserverId next_observer_ = 1;
+  std::string ensemble_id_;  // cached for ensemble_epoch_
+  std::uint64_t ensemble_epoch_ = 0;
+
+  std::atomic<std::uint64_t> epoch_{0};
+  std::atomic<Clock::rep> valid_until_{Clock::time_point::min().time_since_epoch().count()};
+  std::atomic<bool> closing_{false};
+
+ private:
+  friend class Client;
+  Handle* open_handle();                 // zookeeper_init; throws on bad input
+  void replace_session();                // timer thread, after expiry
+  void close_handle(Handle* h);          // outside all locks
+  void heartbeat(std::uint64_t epoch);   // timer thread
+  void check_validity(std::uint64_t epoch);
+  void emit(SessionEvent ev, std::uint64_t epoch);
+  void timer_loop();
+  void callback_loop();
+  std::chrono::milliseconds margin() const;
+
+  std::shared_mutex handle_mu_;
+  Handle* handle_ = nullptr;  // GUARDED_BY(handle_mu_)
+
+  ACL_vector acl_vector_{};
+  std::vector<ACL> acl_entries_;
+  std::vector<std::string> acl_strings_;
+
+  std::mutex timer_mu_;
+  std::condition_variable timer_cv_;
+  std::multimap<Clock::time_point, std::pair<TimerId, std::function<void()>>> timers_;
+  TimerId next_timer_ = 1;
+  bool timer_stop_ = false;
+  std::thread timer_thread_;
+
+  std::mutex user_mu_;
+  std::condition_variable user_cv_;
+  std::deque<std::function<void()>> user_queue_;
+  bool user_stop_ = false;
+  std::thread user_thread_;
+};
+
+}  // namespace zklock

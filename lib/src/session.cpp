@@ -1,0 +1,448 @@
+// Session lifecycle of zklock::Client: connecting, state events, heartbeats,
+// the validity bound, replacement after expiry, timers and the callback thread.
+#include <unistd.h>
+
+#include <cstring>
+
+#include "client_impl.hpp"
+
+namespace zklock {
+namespace {
+
+thread_local std::uint64_t tl_callback_epoch = 0;
+thread_local bool tl_in_callback = false;
+
+// The C client's log goes to spdlog. Its callback carries no context, so it
+// uses one process-wide logger.
+std::shared_ptr<spdlog::logger>& zk_c_logger() {
+  static std::shared_ptr<spdlog::logger> logger;
+  return logger;
+}
+
+void zk_log_callback(const char* message) noexcept {
+  try {
+    auto logger = zk_c_logger();
+    if (!logger) logger = spdlog::default_logger();
+    // Messages look like "...:ZOO_WARN@func@123: text".
+    spdlog::level::level_enum level = spdlog::level::debug;
+    if (std::strstr(message, "ZOO_ERROR")) level = spdlog::level::err;
+    else if (std::strstr(message, "ZOO_WARN")) level = spdlog::level::warn;
+    else if (std::strstr(message, "ZOO_INFO")) level = spdlog::level::info;
+    logger->log(level, "zk: {}", message);
+  } catch (...) {
+  }
+}
+
+ZooLogLevel to_zoo_level(spdlog::level::level_enum l) {
+  switch (l) {
+    case spdlog::level::trace:
+    case spdlog::level::debug: return ZOO_LOG_LEVEL_DEBUG;
+    case spdlog::level::info: return ZOO_LOG_LEVEL_INFO;
+    case spdlog::level::warn: return ZOO_LOG_LEVEL_WARN;
+    default: return ZOO_LOG_LEVEL_ERROR;
+  }
+}
+
+void global_watcher(zhandle_t*, int type, int state, const char*, void* ctx) noexcept {
+  if (type != ZOO_SESSION_EVENT || ctx == nullptr) return;
+  auto* h = static_cast<Handle*>(ctx);
+  try {
+    CallbackScope scope(h->epoch);
+    h->impl->on_session_event(h, state);
+  } catch (const std::exception& e) {
+    h->impl->log->error("session event handler failed: {}", e.what());
+  }
+}
+
+std::string hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+CallbackScope::CallbackScope(std::uint64_t epoch) : prev_epoch(tl_callback_epoch), prev_in(tl_in_callback) {
+  tl_callback_epoch = epoch;
+  tl_in_callback = true;
+}
+CallbackScope::~CallbackScope() {
+  tl_callback_epoch = prev_epoch;
+  tl_in_callback = prev_in;
+}
+
+std::uint64_t Client::Impl::callback_epoch() noexcept { return tl_callback_epoch; }
+bool Client::Impl::in_callback() noexcept { return tl_in_callback; }
+
+Client::Impl::Impl(ClientOptions o) : opts(std::move(o)) {
+  log = spdlog::get(opts.logger);
+  if (!log) {
+    log = spdlog::default_logger()->clone(opts.logger);
+    spdlog::register_logger(log);  // may race with another client: harmless
+  }
+  owner_prefix = opts.owner_prefix.empty() ? hostname() + "/" + std::to_string(getpid())
+                                           : opts.owner_prefix;
+  // The ACL strings must outlive every request that references them.
+  if (!opts.acl.empty()) {
+    for (const auto& e : opts.acl) {
+      acl_strings_.push_back(e.scheme);
+      acl_strings_.push_back(e.id);
+    }
+    for (std::size_t i = 0; i < opts.acl.size(); ++i) {
+      ACL a{};
+      a.perms = opts.acl[i].perms;
+      a.id.scheme = acl_strings_[2 * i].data();
+      a.id.id = acl_strings_[2 * i + 1].data();
+      acl_entries_.push_back(a);
+    }
+    acl_vector_.count = static_cast<int32_t>(acl_entries_.size());
+    acl_vector_.data = acl_entries_.data();
+  } else if (opts.credentials) {
+    acl_strings_ = {"auth", "", "world", "anyone"};
+    acl_entries_.push_back(ACL{perm::all, {acl_strings_[0].data(), acl_strings_[1].data()}});
+    acl_entries_.push_back(ACL{perm::read, {acl_strings_[2].data(), acl_strings_[3].data()}});
+    acl_vector_.count = 2;
+    acl_vector_.data = acl_entries_.data();
+  } else {
+    acl_vector_ = ZOO_OPEN_ACL_UNSAFE;
+  }
+}
+
+Client::Impl::~Impl() { shutdown(); }
+
+std::chrono::milliseconds Client::Impl::margin() const {
+  if (opts.validity_margin > 0ms) return opts.validity_margin;
+  std::lock_guard lk(mu_);
+  return std::max<std::chrono::milliseconds>(negotiated_ / 10, 20ms);
+}
+
+Handle* Client::Impl::open_handle() {
+  auto* h = new Handle;
+  h->impl = this;
+  h->epoch = epoch_.load() + 1;
+  h->started = Clock::now();
+  zoo_set_debug_level(to_zoo_level(opts.zk_log_level));
+  errno = 0;
+  h->zh = zookeeper_init2(opts.connect.c_str(), global_watcher,
+                          static_cast<int>(opts.session_timeout.count()), nullptr, h, 0,
+                          zk_log_callback);
+  if (h->zh == nullptr) {
+    const int err = errno;
+    delete h;
+    throw Error(Errc::invalid_argument, "cannot start a ZooKeeper session for '" + opts.connect +
+                                            "': " + std::strerror(err));
+  }
+  zoo_set_servers_resolution_delay(h->zh, static_cast<int>(opts.resolution_delay.count()));
+  if (opts.credentials) {
+    const std::string cert = opts.credentials->user + ":" + opts.credentials->password;
+    zoo_add_auth(h->zh, "digest", cert.data(), static_cast<int>(cert.size()), nullptr, nullptr);
+  }
+  return h;
+}
+
+void Client::Impl::start() {
+  zk_c_logger() = log;
+  timer_thread_ = std::thread([this] { timer_loop(); });
+  user_thread_ = std::thread([this] { callback_loop(); });
+  Handle* h = nullptr;
+  try {
+    h = open_handle();
+  } catch (...) {
+    shutdown();
+    throw;
+  }
+  {
+    std::unique_lock lk(handle_mu_);
+    handle_ = h;
+  }
+  epoch_.store(h->epoch);
+  std::unique_lock lk(mu_);
+  const bool up = state_cv_.wait_for(lk, opts.connect_timeout, [&] { return has_session_; });
+  const bool auth_failed = !up && state_ == ConnectionState::lost;
+  lk.unlock();
+  if (!up) {
+    shutdown();
+    auto secs = std::chrono::duration<double>(opts.connect_timeout).count();
+    if (auth_failed) throw Error(Errc::auth_failed, "ZooKeeper rejected the credentials for " + opts.connect);
+    throw Error(Errc::connect_timeout,
+                fmt::format("could not connect to ZooKeeper at {} within {:g}s (no server answered)",
+                            opts.connect, secs));
+  }
+}
+
+void Client::Impl::close_handle(Handle* h) {
+  if (h == nullptr) return;
+  // May block (it sends closeSession); runs pending completions with ZCLOSING.
+  zookeeper_close(h->zh);
+  std::lock_guard lk(h->watches_mu);
+  for (WatchCtx* w : h->watches) {
+    free_watch_ctx(w);
+  }
+  h->watches.clear();
+  delete h;
+}
+
+void Client::Impl::shutdown() {
+  if (closing_.exchange(true)) return;
+  Handle* h = nullptr;
+  {
+    std::unique_lock lk(handle_mu_);
+    std::swap(h, handle_);
+  }
+  close_handle(h);
+  {
+    std::lock_guard lk(timer_mu_);
+    timer_stop_ = true;
+  }
+  timer_cv_.notify_all();
+  if (timer_thread_.joinable()) timer_thread_.join();
+  {
+    std::lock_guard lk(user_mu_);
+    user_stop_ = true;
+  }
+  user_cv_.notify_all();
+  if (user_thread_.joinable()) user_thread_.join();
+}
+
+// Runs on the completion thread of `h`. Only the current handle's events count.
+void Client::Impl::on_session_event(Handle* h, int zstate) {
+  {
+    std::shared_lock lk(handle_mu_);
+    if (h != handle_) return;
+  }
+  std::optional<ConnectionState> public_state;
+  SessionEvent ev{};
+  if (zstate == ZOO_CONNECTED_STATE) {
+    const bool again = h->connected_once;
+    h->connected_once = true;
+    {
+      std::lock_guard lk(mu_);
+      session_id_ = zoo_client_id(h->zh)->client_id;
+      negotiated_ = std::chrono::milliseconds(zoo_recv_timeout(h->zh));
+      has_session_ = true;
+      state_ = again ? ConnectionState::reconnected : ConnectionState::connected;
+      public_state = state_;
+    }
+    if (!again) {
+      // Until the first heartbeat answer, the session provably lives from
+      // the moment we asked for it.
+      const auto vu = h->started + negotiated() - margin();
+      valid_until_.store(vu.time_since_epoch().count());
+    }
+    ev = again ? SessionEvent::reconnected : SessionEvent::connected;
+    log->info("zookeeper session 0x{:x} {} (timeout {} ms)", session_id(),
+              again ? "reconnected" : "established", negotiated().count());
+    const auto ep = h->epoch;
+    defer([this, ep] { heartbeat(ep); });
+  } else if (zstate == ZOO_CONNECTING_STATE || zstate == ZOO_ASSOCIATING_STATE) {
+    std::lock_guard lk(mu_);
+    if (!has_session_ || state_ == ConnectionState::suspended || state_ == ConnectionState::lost) return;
+    state_ = ConnectionState::suspended;
+    public_state = state_;
+    ev = SessionEvent::suspended;
+  } else if (zstate == ZOO_EXPIRED_SESSION_STATE || zstate == ZOO_AUTH_FAILED_STATE) {
+    {
+      std::lock_guard lk(mu_);
+      if (state_ == ConnectionState::lost) return;
+      state_ = ConnectionState::lost;
+      has_session_ = false;
+      public_state = state_;
+    }
+    valid_until_.store(Clock::time_point::min().time_since_epoch().count());
+    ev = SessionEvent::lost;
+    if (zstate == ZOO_AUTH_FAILED_STATE) log->error("zookeeper authentication failed");
+    else log->warn("zookeeper session 0x{:x} expired", session_id());
+    if (!closing_) defer([this] { replace_session(); });
+  } else {
+    return;
+  }
+  state_cv_.notify_all();
+  if (ev == SessionEvent::suspended) {
+    log->warn("zookeeper connection lost; session 0x{:x} valid for {} ms more at most", session_id(),
+              std::chrono::duration_cast<std::chrono::milliseconds>(valid_until() - Clock::now()).count());
+    const auto ep = h->epoch;
+    schedule_at(valid_until(), [this, ep] { check_validity(ep); });
+  }
+  emit(ev, h->epoch);
+  if (public_state) {
+    std::vector<std::function<void(ConnectionState)>> ls;
+    {
+      std::lock_guard lk(mu_);
+      for (auto& [id, fn] : listeners_) ls.push_back(fn);
+    }
+    for (auto& fn : ls) post_user([fn, s = *public_state] { fn(s); });
+  }
+}
+
+void Client::Impl::emit(SessionEvent ev, std::uint64_t epoch) {
+  std::vector<std::function<void(SessionEvent, std::uint64_t)>> obs;
+  {
+    std::lock_guard lk(mu_);
+    obs.reserve(observers_.size());
+    for (auto& [id, fn] : observers_) obs.push_back(fn);
+  }
+  for (auto& fn : obs) fn(ev, epoch);
+}
+
+Client::Impl::ObserverId Client::Impl::observe(std::function<void(SessionEvent, std::uint64_t)> fn) {
+  std::lock_guard lk(mu_);
+  const auto id = next_observer_++;
+  observers_.emplace(id, std::move(fn));
+  return id;
+}
+
+void Client::Impl::unobserve(ObserverId id) {
+  std::lock_guard lk(mu_);
+  observers_.erase(id);
+}
+
+void Client::Impl::note_ack(Handle* h, Clock::time_point sent) {
+  if (h->epoch != epoch_.load()) return;
+  const auto candidate = (sent + negotiated() - margin()).time_since_epoch().count();
+  auto cur = valid_until_.load();
+  while (candidate > cur && !valid_until_.compare_exchange_weak(cur, candidate)) {
+  }
+}
+
+void Client::Impl::heartbeat(std::uint64_t epoch) {
+  if (closing_ || epoch != epoch_.load()) return;
+  const auto period = std::max<std::chrono::milliseconds>(negotiated() / 3, 10ms);
+  if (connected()) {
+    // exists("/") is the cheapest request that the server answers.
+    exists("/", nullptr, [](Status, const Stat&) {});
+  }
+  schedule_at(Clock::now() + period, [this, epoch] { heartbeat(epoch); });
+}
+
+void Client::Impl::check_validity(std::uint64_t epoch) {
+  if (closing_ || epoch != epoch_.load()) return;
+  {
+    std::lock_guard lk(mu_);
+    if (state_ != ConnectionState::suspended) return;
+  }
+  const auto vu = valid_until();
+  if (Clock::now() < vu) {  // an ack raced in; look again at the new bound
+    schedule_at(vu, [this, epoch] { check_validity(epoch); });
+    return;
+  }
+  log->warn("zookeeper session 0x{:x}: validity bound passed while disconnected", session_id());
+  CallbackScope scope(epoch);
+  emit(SessionEvent::validity_expired, epoch);
+}
+
+void Client::Impl::replace_session() {
+  if (closing_) return;
+  Handle* fresh = nullptr;
+  try {
+    fresh = open_handle();
+  } catch (const std::exception& e) {
+    log->error("cannot start a new zookeeper session: {}; retrying in 1 s", e.what());
+    schedule_at(Clock::now() + 1s, [this] { replace_session(); });
+    return;
+  }
+  Handle* old = nullptr;
+  {
+    std::unique_lock lk(handle_mu_);
+    old = handle_;
+    handle_ = fresh;
+    epoch_.store(fresh->epoch);
+  }
+  {
+    std::lock_guard lk(mu_);
+    ensemble_id_.clear();
+  }
+  close_handle(old);
+}
+
+Client::Impl::TimerId Client::Impl::schedule_at(Clock::time_point when, std::function<void()> fn) {
+  std::lock_guard lk(timer_mu_);
+  const auto id = next_timer_++;
+  timers_.emplace(when, std::make_pair(id, std::move(fn)));
+  timer_cv_.notify_one();
+  return id;
+}
+
+void Client::Impl::cancel(TimerId id) {
+  std::lock_guard lk(timer_mu_);
+  for (auto it = timers_.begin(); it != timers_.end(); ++it) {
+    if (it->second.first == id) {
+      timers_.erase(it);
+      return;
+    }
+  }
+}
+
+void Client::Impl::timer_loop() {
+  std::unique_lock lk(timer_mu_);
+  while (true) {
+    if (timer_stop_) {
+      // Run what is already due (deferred failure callbacks release waiters),
+      // drop future timers. Bounded: tasks added while draining run once more.
+      for (int round = 0; round < 4 && !timers_.empty(); ++round) {
+        auto due = std::move(timers_);
+        timers_.clear();
+        lk.unlock();
+        for (auto& [when, task] : due) {
+          if (when == Clock::time_point::min()) {
+            CallbackScope scope(0);
+            try { task.second(); } catch (...) {}
+          }
+        }
+        lk.lock();
+      }
+      timers_.clear();
+      return;
+    }
+    if (timers_.empty()) {
+      timer_cv_.wait(lk);
+      continue;
+    }
+    auto it = timers_.begin();
+    if (it->first > Clock::now()) {
+      timer_cv_.wait_until(lk, it->first);
+      continue;
+    }
+    auto task = std::move(it->second.second);
+    timers_.erase(it);
+    lk.unlock();
+    {
+      CallbackScope scope(epoch_.load());
+      try {
+        task();
+      } catch (const std::exception& e) {
+        log->error("zklock timer task failed: {}", e.what());
+      }
+    }
+    lk.lock();
+  }
+}
+
+void Client::Impl::post_user(std::function<void()> fn) {
+  {
+    std::lock_guard lk(user_mu_);
+    if (user_stop_) return;
+    user_queue_.push_back(std::move(fn));
+  }
+  user_cv_.notify_one();
+}
+
+void Client::Impl::callback_loop() {
+  std::unique_lock lk(user_mu_);
+  while (true) {
+    user_cv_.wait(lk, [&] { return user_stop_ || !user_queue_.empty(); });
+    if (user_queue_.empty()) return;  // stopping and drained
+    auto fn = std::move(user_queue_.front());
+    user_queue_.pop_front();
+    lk.unlock();
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      log->error("zklock user callback threw: {}", e.what());
+    } catch (...) {
+      log->error("zklock user callback threw a non-standard exception");
+    }
+    lk.lock();
+  }
+}
+
+}  // namespace zklock
