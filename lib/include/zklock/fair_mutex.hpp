@@ -1,0 +1,60 @@
+// zklock::FairMutex — FIFO mutual exclusion across processes.
+//
+// The ephemeral-sequential recipe (docs/design.md): each acquisition creates
+// one EPHEMERAL_SEQUENTIAL child of the lock path; the lowest child holds the
+// lock; every waiter watches only its immediate predecessor, so a release
+// wakes exactly one waiter and grants are strictly in arrival order.
+//
+// zklock locks are not re-entrant: the same owner asking for a lock it
+// already holds or waits for in this process fails at once with
+// Errc::would_deadlock (it would otherwise wait for itself forever).
+//
+// Errors thrown by acquire: would_deadlock; deadlock_victim (the detector
+// revoked our waiting node; the message carries the cycle); session_expired;
+// cancelled; timeout (only from acquire_for-style calls that throw);
+// closing; invalid_argument; and ZooKeeper errors (no_auth, ...).
+//
+// Thread-safety: a FairMutex may be shared by threads; each acquisition is
+// independent. The Client must outlive the mutex and its leases.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <stop_token>
+#include <string>
+
+#include "zklock/client.hpp"
+#include "zklock/lease.hpp"
+
+namespace zklock {
+
+struct MutexOptions {
+  LossPolicy loss_policy = LossPolicy::tolerant;
+};
+
+class FairMutex {
+ public:
+  // Throws Error(invalid_argument) for a malformed lock path.
+  FairMutex(Client& client, std::string lock_path, MutexOptions options = {});
+
+  // Blocks until granted. Throws Error.
+  Lease acquire(const AcquireOptions& options = {});
+  // As acquire(), but gives up with Errc::cancelled when `stop` fires.
+  Lease acquire(std::stop_token stop, const AcquireOptions& options = {});
+  // Nullopt when not granted within `timeout` (our node is then deleted).
+  std::optional<Lease> try_acquire_for(std::chrono::milliseconds timeout, const AcquireOptions& options = {});
+  // No thread per waiter: `done` runs on the client's callback thread.
+  // `timeout` (zero: none) and `stop` bound the wait like the sync forms.
+  void acquire_async(AcquireCallback done, const AcquireOptions& options = {},
+                     std::chrono::milliseconds timeout = std::chrono::milliseconds::zero(),
+                     std::stop_token stop = {});
+
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  Client* client_;
+  std::string path_;
+  MutexOptions options_;
+};
+
+}  // namespace zklock

@@ -1,0 +1,125 @@
+// zklock::Lease — a granted lock, its fencing token, and how it can be lost.
+//
+// A Lease is the proof of one acquisition: it owns the lock node (the
+// destructor releases it) and carries the FencingToken that the protected
+// resource must check on every write. A lease can be lost without the
+// holder doing anything; zklock reports it at once, not on the next write:
+//
+//   session_expired   the server expired the session; the node is gone.
+//   validity_expired  the connection dropped and the client's valid_until()
+//                     (the provable bound before which the server cannot
+//                     have expired the session) passed before the same
+//                     session came back. The node may still exist, but
+//                     nobody can prove it, so the lease is over.
+//   revoked           someone else deleted the node: the deadlock detector
+//                     or an operator; detail() carries the recorded reason.
+//   disconnected      the opt-in strict policy: the first disconnect ends
+//                     the lease, and the node is deleted once reconnected.
+//
+// While disconnected but still within valid_until() the lease is
+// suspended(): valid() stays true, and if the same session returns in time
+// the lease simply continues.
+//
+// Thread-safety: all methods may be called concurrently. on_lost callbacks
+// run on the client's callback thread, once.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+
+#include "zklock/error.hpp"
+#include "zklock/node_name.hpp"
+#include "zklock/token.hpp"
+
+namespace zklock {
+
+enum class LossReason { session_expired, validity_expired, revoked, disconnected };
+std::string_view loss_reason_name(LossReason r) noexcept;
+
+namespace detail {
+class LockAttempt;
+}
+
+class Lease {
+ public:
+  Lease() = default;  // holds nothing
+  explicit Lease(std::shared_ptr<detail::LockAttempt> attempt);
+  Lease(Lease&&) noexcept = default;
+  Lease& operator=(Lease&& other) noexcept;
+  ~Lease();
+
+  // True when this object holds an acquisition (even a lost one).
+  explicit operator bool() const noexcept { return attempt_ != nullptr; }
+
+  const FencingToken& token() const;
+  // Not lost, not released, and the session is provably alive (now < valid_until()).
+  bool valid() const;
+  // Disconnected, but still within the validity bound.
+  bool suspended() const;
+  std::optional<LossReason> loss_reason() const;
+  // Human-readable reason of the loss (for revocations: the recorded reason or cycle).
+  std::string loss_detail() const;
+
+  // Registers `cb` to run once when the lease is lost (at once, on the
+  // callback thread, if it is already lost). Not called on release().
+  void on_lost(std::function<void(LossReason, const std::string& detail)> cb);
+  // Fired (requested to stop) when the lease is lost.
+  std::stop_token lost_token() const;
+
+  // Deletes our node (with the hand-off marker) and waits for the answer,
+  // at most about one session timeout; idempotent. Never throws.
+  void release() noexcept;
+
+  const std::string& lock_path() const;
+  const std::string& node_path() const;
+  const std::string& owner() const;
+  Mode mode() const;
+
+ private:
+  std::shared_ptr<detail::LockAttempt> attempt_;
+};
+
+// What a lock request carries besides the lock path.
+struct AcquireOptions {
+  // The actor whose holds and waits form the wait-for graph. Empty: the
+  // innermost OwnerScope on this thread, else Client::default_owner().
+  std::string owner;
+  // Larger is more important; the detector's lowest-priority policy revokes
+  // the smallest. Recorded in the node data.
+  int priority = 0;
+  std::string description;
+};
+
+// Sets the default owner for lock requests made on this thread while alive.
+// Nested scopes stack.
+class OwnerScope {
+ public:
+  explicit OwnerScope(std::string owner);
+  ~OwnerScope();
+  OwnerScope(const OwnerScope&) = delete;
+  OwnerScope& operator=(const OwnerScope&) = delete;
+  // The innermost scope's owner on this thread, or empty.
+  static const std::string& current() noexcept;
+
+ private:
+  std::string previous_;
+};
+
+// How a lease treats a disconnect.
+enum class LossPolicy {
+  tolerant,  // suspended until valid_until(); lost if the session does not return by then
+  strict,    // lost at the first disconnect; the node is deleted once reconnected
+};
+
+// The outcome of an asynchronous acquisition: a lease, or the error.
+struct AcquireResult {
+  Lease lease;
+  std::optional<Error> error;
+};
+using AcquireCallback = std::function<void(AcquireResult)>;
+
+}  // namespace zklock
