@@ -1,0 +1,104 @@
+#include "detector/lock_queue.hpp"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace zklock::detector {
+
+std::optional<QueueNode> queue_node_from_name(std::string_view child_name) {
+  auto parsed = parse_lock_node_name(child_name);
+  if (!parsed) return std::nullopt;
+  QueueNode n;
+  n.name = std::move(parsed->name);
+  n.mode = parsed->mode;
+  n.owner_key = std::move(parsed->owner_key);
+  n.sequence = parsed->sequence;
+  return n;
+}
+
+std::string node_path(const std::string& lock, const std::string& name) {
+  return lock == "/" ? "/" + name : lock + "/" + name;
+}
+
+void sort_queue(std::vector<QueueNode>& nodes) {
+  std::sort(nodes.begin(), nodes.end(), [](const QueueNode& a, const QueueNode& b) {
+    if (const int c = compare_sequence(a.sequence, b.sequence); c != 0) return c < 0;
+    // Equal sequences: a saturated counter (ZooKeeper 3.8.0). Creation order
+    // is czxid order; an unknown czxid (0) sorts first, then by name so the
+    // order is at least deterministic until the stat arrives.
+    if (a.czxid != b.czxid) return a.czxid < b.czxid;
+    return a.name < b.name;
+  });
+}
+
+WaitAnalysis analyze_queues(const std::vector<LockQueue>& queues, const AnalyzeOptions& options) {
+  WaitAnalysis out;
+
+  // One owner id per owner key: from valid data when any node has it.
+  std::unordered_map<std::string, std::string> owner_by_key;
+  for (const auto& q : queues) {
+    for (const auto& n : q.nodes) {
+      if (n.owner.empty() || owner_key(n.owner) != n.owner_key) continue;
+      auto [it, inserted] = owner_by_key.try_emplace(n.owner_key, n.owner);
+      if (!inserted && n.owner < it->second) it->second = n.owner;
+    }
+  }
+  auto owner_of = [&](const QueueNode& n) {
+    auto it = owner_by_key.find(n.owner_key);
+    return it != owner_by_key.end() ? it->second : "owner-key:" + n.owner_key;
+  };
+
+  const auto min_wait_ms = options.min_wait.count();
+  for (const auto& q : queues) {
+    if (q.nodes.empty()) continue;
+    ++out.locks;
+    auto nodes = q.nodes;
+    sort_queue(nodes);
+
+    // Holders form a prefix: an exclusive node holds only at the head; a
+    // shared node holds while no writer is ahead of it.
+    std::vector<std::string> owners(nodes.size()), paths(nodes.size());
+    std::vector<bool> holds(nodes.size());
+    bool writer_ahead = false;
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      owners[i] = owner_of(nodes[i]);
+      paths[i] = node_path(q.path, nodes[i].name);
+      holds[i] = nodes[i].mode == Mode::exclusive ? i == 0 : !writer_ahead;
+      if (nodes[i].mode == Mode::exclusive) writer_ahead = true;
+
+      NodeInfo info{paths[i], q.path,           owners[i],      nodes[i].mode,
+                    holds[i], nodes[i].priority, nodes[i].czxid, nodes[i].ctime_ms};
+      out.nodes.insert_or_assign(paths[i], std::move(info));
+      auto& owner = out.owners[owners[i]];
+      (holds[i] ? owner.held : owner.waiting).push_back(paths[i]);
+      ++(holds[i] ? out.holders : out.waiters);
+    }
+
+    std::size_t edges = 0;
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      if (holds[i]) continue;
+      const auto& n = nodes[i];
+      if (n.ctime_ms == 0) continue;  // stat not known yet: age unknown
+      const auto age = options.now_ms - n.ctime_ms;
+      out.oldest_wait_ms = std::max(out.oldest_wait_ms, age);
+      if (age < min_wait_ms) continue;
+      if (edges >= options.max_queue_edges) {
+        ++out.truncated_waiters;
+        continue;
+      }
+      // One edge per distinct blocking owner: its first node in the queue,
+      // which is a holder whenever the owner holds here (hard edges first).
+      std::unordered_set<std::string> seen;
+      for (std::size_t j = 0; j < i; ++j) {
+        if (n.mode == Mode::shared && nodes[j].mode == Mode::shared) continue;
+        if (!seen.insert(owners[j]).second) continue;
+        out.graph.add_wait(Wait{owners[i], owners[j], q.path, paths[i], paths[j],
+                                holds[j] ? EdgeKind::hard : EdgeKind::soft});
+        ++edges;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace zklock::detector

@@ -1,0 +1,101 @@
+// Lock queues as the detector and the CLI see them, and the waits in them.
+//
+// A LockQueue is a snapshot of one lock path's zklock children (foreign
+// children already dropped). analyze_queues() orders each queue the way the
+// recipe does (wrap-aware sequence, ties by czxid), decides who holds and who
+// waits, and turns the waits into a WaitForGraph:
+//
+//   exclusive node ('w'): waits for every earlier node; holds when none.
+//   shared node ('r'):    waits for every earlier 'w' node; holds when none.
+//   edge waiter -> blocker is hard when the blocker holds, soft when it waits.
+//
+// Only waits older than `min_wait` (by the waiting node's ctime) become
+// edges, so ordinary hand-offs never look like deadlocks. Nodes ahead of an
+// old waiter are older still (queues only grow at the tail), so filtering by
+// the waiter's age never hides a blocker.
+//
+// Owners: the owner id comes from node data when the data is valid and its
+// owner hashes to the owner key in the name; otherwise the node's owner is
+// "owner-key:<16 hex>", shared by every node with that key, so the graph
+// can be built from names alone.
+//
+// Cost: a waiter gets one edge per distinct owner ahead of it, so a queue of
+// n waiting owners costs O(n^2) edges; AnalyzeOptions::max_queue_edges caps
+// the edges of one queue (the excess waiters are reported as truncated).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "detector/wait_for_graph.hpp"
+#include "zklock/node_name.hpp"
+
+namespace zklock::detector {
+
+struct QueueNode {
+  std::string name;          // child name as listed ("w_<key>_<guid>_<seq>")
+  Mode mode = Mode::exclusive;
+  std::string owner_key;     // from the name
+  std::int32_t sequence = 0;
+  std::string owner;         // from node data; empty when unknown or invalid
+  int priority = 0;          // from node data
+  std::int64_t czxid = 0;    // 0 while the node's stat is unknown
+  std::int64_t ctime_ms = 0;  // server time of creation; 0 while unknown
+};
+
+struct LockQueue {
+  std::string path;               // the lock path
+  std::vector<QueueNode> nodes;   // any order
+};
+
+// Builds a QueueNode from a child name; nullopt for foreign names.
+std::optional<QueueNode> queue_node_from_name(std::string_view child_name);
+
+struct AnalyzeOptions {
+  std::int64_t now_ms = 0;                           // wall clock, ms since the epoch
+  std::chrono::milliseconds min_wait{1000};
+  std::size_t max_queue_edges = 1'000'000;
+};
+
+// What the detector knows about one node after analysis.
+struct NodeInfo {
+  std::string path;      // full path
+  std::string lock;
+  std::string owner;     // resolved owner id
+  Mode mode = Mode::exclusive;
+  bool holds = false;
+  int priority = 0;
+  std::int64_t czxid = 0;
+  std::int64_t ctime_ms = 0;
+};
+
+struct OwnerInfo {
+  std::vector<std::string> held;     // node paths this owner holds
+  std::vector<std::string> waiting;  // node paths this owner waits with
+};
+
+struct WaitAnalysis {
+  WaitForGraph graph;
+  std::unordered_map<std::string, NodeInfo> nodes;  // by full path
+  std::map<std::string, OwnerInfo> owners;          // by owner id
+  std::size_t locks = 0;         // non-empty queues
+  std::size_t holders = 0;       // nodes that hold
+  std::size_t waiters = 0;       // nodes that wait (any age)
+  std::int64_t oldest_wait_ms = 0;  // age of the oldest waiting node (0: none)
+  std::size_t truncated_waiters = 0;  // waiters whose edges were cut by max_queue_edges
+};
+
+WaitAnalysis analyze_queues(const std::vector<LockQueue>& queues, const AnalyzeOptions& options);
+
+// Sorts a queue into grant order (wrap-aware sequence, ties by czxid, then name).
+void sort_queue(std::vector<QueueNode>& nodes);
+
+// "<lock>/<name>"
+std::string node_path(const std::string& lock, const std::string& name);
+
+}  // namespace zklock::detector

@@ -1,0 +1,243 @@
+#include "detector/wait_for_graph.hpp"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/strong_components.hpp>
+#include <nlohmann/json.hpp>
+
+namespace zklock::detector {
+namespace {
+
+auto wait_order_key(const Wait& w) {
+  return std::tie(w.waiter, w.blocker, w.lock, w.waiter_node, w.blocker_node);
+}
+
+nlohmann::json wait_json(const Wait& w) {
+  return {{"waiter", w.waiter},           {"blocker", w.blocker},
+          {"lock", w.lock},               {"waiter_node", w.waiter_node},
+          {"blocker_node", w.blocker_node}, {"kind", std::string(edge_kind_name(w.kind))}};
+}
+
+std::string dot_quote(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+}  // namespace
+
+std::string_view edge_kind_name(EdgeKind k) noexcept { return k == EdgeKind::soft ? "soft" : "hard"; }
+
+std::vector<std::string> Cycle::owners() const {
+  std::vector<std::string> out;
+  out.reserve(waits.size());
+  for (const auto& w : waits) out.push_back(w.waiter);
+  return out;
+}
+
+std::vector<std::string> Cycle::node_paths() const {
+  std::set<std::string> paths;
+  for (const auto& w : waits) {
+    paths.insert(w.waiter_node);
+    paths.insert(w.blocker_node);
+  }
+  return {paths.begin(), paths.end()};
+}
+
+std::string cycle_text(const Cycle& cycle) {
+  if (cycle.waits.empty()) return {};
+  std::string out = cycle.waits.front().waiter;
+  for (const auto& w : cycle.waits) {
+    out += w.kind == EdgeKind::soft ? " ~[" : " -[";
+    out += w.lock;
+    out += w.kind == EdgeKind::soft ? "]~> " : "]-> ";
+    out += w.blocker;
+  }
+  return out;
+}
+
+std::size_t WaitForGraph::vertex(const std::string& owner) {
+  auto [it, inserted] = ids_.try_emplace(owner, names_.size());
+  if (inserted) names_.push_back(owner);
+  return it->second;
+}
+
+void WaitForGraph::add_wait(const Wait& wait) {
+  std::string key;
+  for (const auto* part : {&wait.waiter, &wait.blocker, &wait.lock, &wait.waiter_node, &wait.blocker_node}) {
+    key += *part;
+    key += '\0';
+  }
+  if (!edge_keys_.try_emplace(std::move(key), edges_.size()).second) return;
+  const auto w = vertex(wait.waiter);
+  const auto b = vertex(wait.blocker);
+  edges_.push_back(Edge{w, b, wait});
+}
+
+std::vector<std::string> WaitForGraph::owners() const {
+  auto out = names_;
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::size_t> WaitForGraph::sorted_edges() const {
+  std::vector<std::size_t> order(edges_.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const auto& x = edges_[a].wait;
+    const auto& y = edges_[b].wait;
+    // Hard edges first among otherwise equal pairs, so cycles prefer them.
+    return std::tie(x.waiter, x.blocker, x.kind, x.lock, x.waiter_node, x.blocker_node) <
+           std::tie(y.waiter, y.blocker, y.kind, y.lock, y.waiter_node, y.blocker_node);
+  });
+  return order;
+}
+
+std::vector<Wait> WaitForGraph::waits() const {
+  std::vector<Wait> out;
+  out.reserve(edges_.size());
+  for (const auto& e : edges_) out.push_back(e.wait);
+  std::sort(out.begin(), out.end(),
+            [](const Wait& a, const Wait& b) { return wait_order_key(a) < wait_order_key(b); });
+  return out;
+}
+
+std::vector<Cycle> WaitForGraph::cycles() const {
+  const std::size_t n = names_.size();
+  if (n == 0) return {};
+
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+  Graph g(n);
+  for (const auto& e : edges_) boost::add_edge(e.waiter, e.blocker, g);
+  std::vector<std::size_t> component(n);
+  const auto count = boost::strong_components(
+      g, boost::make_iterator_property_map(component.begin(), boost::get(boost::vertex_index, g)));
+
+  // Adjacency in a deterministic order (by blocker id, hard first, lock...).
+  std::vector<std::vector<std::size_t>> out_edges(n);
+  for (auto idx : sorted_edges()) out_edges[edges_[idx].waiter].push_back(idx);
+
+  std::vector<std::vector<std::size_t>> members(count);
+  for (std::size_t v = 0; v < n; ++v) members[component[v]].push_back(v);
+
+  std::vector<Cycle> result;
+  for (auto& vs : members) {
+    std::sort(vs.begin(), vs.end(), [&](std::size_t a, std::size_t b) { return names_[a] < names_[b]; });
+    // A self-loop is the shortest cycle there is: report it first.
+    const Edge* self = nullptr;
+    for (auto v : vs) {
+      for (auto idx : out_edges[v]) {
+        if (edges_[idx].blocker == v) {
+          self = &edges_[idx];
+          break;
+        }
+      }
+      if (self) break;
+    }
+    if (self) {
+      result.push_back(Cycle{{self->wait}});
+      continue;
+    }
+    if (vs.size() < 2) continue;
+
+    // Shortest cycle through the smallest owner: BFS inside the component.
+    const std::size_t start = vs.front();
+    const auto comp = component[start];
+    std::vector<std::size_t> via(n, SIZE_MAX);  // edge index that reached the vertex
+    std::vector<bool> seen(n, false);
+    std::deque<std::size_t> queue{start};
+    seen[start] = true;
+    std::size_t closing = SIZE_MAX;
+    while (!queue.empty() && closing == SIZE_MAX) {
+      const auto v = queue.front();
+      queue.pop_front();
+      for (auto idx : out_edges[v]) {
+        const auto b = edges_[idx].blocker;
+        if (component[b] != comp) continue;
+        if (b == start) {
+          closing = idx;
+          break;
+        }
+        if (!seen[b]) {
+          seen[b] = true;
+          via[b] = idx;
+          queue.push_back(b);
+        }
+      }
+    }
+    if (closing == SIZE_MAX) continue;  // cannot happen in a strong component
+    Cycle c;
+    for (auto idx = closing;;) {
+      c.waits.push_back(edges_[idx].wait);
+      const auto from = edges_[idx].waiter;
+      if (from == start) break;
+      idx = via[from];
+    }
+    std::reverse(c.waits.begin(), c.waits.end());
+    result.push_back(std::move(c));
+  }
+  std::sort(result.begin(), result.end(), [](const Cycle& a, const Cycle& b) {
+    return wait_order_key(a.waits.front()) < wait_order_key(b.waits.front());
+  });
+  return result;
+}
+
+std::string WaitForGraph::to_text() const {
+  std::string out;
+  const auto all = waits();
+  out += std::to_string(owner_count()) + " owners, " + std::to_string(all.size()) + " waits\n";
+  for (const auto& w : all) {
+    out += w.waiter + " waits for " + w.blocker + " on " + w.lock + " (" +
+           std::string(edge_kind_name(w.kind)) + ")\n";
+  }
+  const auto cs = cycles();
+  out += std::to_string(cs.size()) + (cs.size() == 1 ? " cycle\n" : " cycles\n");
+  for (const auto& c : cs) out += "cycle: " + cycle_text(c) + "\n";
+  return out;
+}
+
+std::string WaitForGraph::to_dot() const {
+  std::set<std::tuple<std::string, std::string, std::string>> on_cycle;
+  for (const auto& c : cycles()) {
+    for (const auto& w : c.waits) on_cycle.emplace(w.waiter, w.blocker, w.lock);
+  }
+  std::string out = "digraph waits_for {\n  node [shape=box];\n";
+  for (const auto& o : owners()) out += "  " + dot_quote(o) + ";\n";
+  for (const auto& w : waits()) {
+    out += "  " + dot_quote(w.waiter) + " -> " + dot_quote(w.blocker) + " [label=" + dot_quote(w.lock);
+    if (w.kind == EdgeKind::soft) out += ", style=dashed";
+    if (on_cycle.count({w.waiter, w.blocker, w.lock})) out += ", color=red, penwidth=2";
+    out += "];\n";
+  }
+  out += "}\n";
+  return out;
+}
+
+std::string WaitForGraph::to_json() const {
+  nlohmann::json j;
+  j["owners"] = owners();
+  j["waits"] = nlohmann::json::array();
+  for (const auto& w : waits()) j["waits"].push_back(wait_json(w));
+  j["cycles"] = nlohmann::json::array();
+  for (const auto& c : cycles()) {
+    nlohmann::json cj{{"text", cycle_text(c)}, {"waits", nlohmann::json::array()}};
+    for (const auto& w : c.waits) cj["waits"].push_back(wait_json(w));
+    j["cycles"].push_back(std::move(cj));
+  }
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace zklock::detector

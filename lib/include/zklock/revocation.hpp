@@ -1,0 +1,144 @@
+// Revocation: deleting someone else's lock node, atomically and on record.
+//
+// The deadlock detector (and an operator, through `zklock revoke`) breaks a
+// wait by deleting a lock node. The deletion and its explanation are one
+// ZooKeeper multi:
+//
+//   check  <leader node>            optional: a deposed detector cannot revoke
+//   check  <every node of the cycle> they must all still exist
+//   create /zklock/revocations/<name of each deleted node>   the record (JSON)
+//   delete <each victim node>
+//
+// If any checked node is gone, the multi fails and nothing happens: the
+// cycle changed since the snapshot (it may have dissolved on its own). A
+// wait relation depends only on both nodes existing (queue order never
+// changes), so "all cycle nodes still exist" means "the cycle still exists":
+// no false revocation, and no second victim for the same cycle, because the
+// first victim's node is gone and fails the second attempt's checks.
+//
+// Record names are the deleted nodes' names, which are unique (they carry a
+// GUID), so the owner of a vanished node finds out why with a single read
+// of revocation_record_path(its node). Records are persistent; the detector's
+// leader keeps the newest N (prune_revocation_records).
+//
+// Record JSON (docs/protocol.md is normative):
+//   {"version":1,"victim_node":"/locks/x/w_..._0000000007","victim_owner":"host/12/3",
+//    "victim_token":"<ensemble-id>:<czxid>",
+//    "cycle":[{"owner":"A","lock":"/locks/y","node":"/locks/y/w_..."}, ...],
+//    "policy":"youngest","mode":"wait","detector":"host/99","time":1700000000123,
+//    "reason":"..."}
+// cycle[i] says: cycle[i].owner waits on cycle[i].lock with cycle[i].node for
+// cycle[i+1].owner (the last waits for the first). "time" is milliseconds
+// since the Unix epoch. "reason" is free text (operator revocations); the
+// cycle is empty for those.
+//
+// Thread-safety: free functions; the Client rules apply (never call the
+// synchronous ones from a Client callback).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zklock/client.hpp"
+
+namespace zklock {
+
+inline constexpr std::string_view kRevocationsPath = "/zklock/revocations";
+inline constexpr std::size_t kMaxRevocationRecordBytes = 64 * 1024;
+
+struct RevocationCycleEntry {
+  std::string owner;
+  std::string lock;
+  std::string node;  // full path of the owner's waiting node on `lock`
+
+  friend bool operator==(const RevocationCycleEntry&, const RevocationCycleEntry&) = default;
+};
+
+struct RevocationRecord {
+  int version = 1;
+  std::string victim_node;   // full path of the deleted node
+  std::string victim_owner;  // owner id (or "owner-key:<hex>" when unknown)
+  std::string victim_token;  // FencingToken text of the deleted node; empty if unknown
+  std::vector<RevocationCycleEntry> cycle;
+  std::string policy;        // "youngest", ... or "operator"
+  std::string mode;          // "wait" or "all"
+  std::string detector;      // who revoked: detector id, or the operator tool
+  std::int64_t time_ms = 0;  // when, ms since the Unix epoch
+  std::string reason;        // optional free text
+
+  friend bool operator==(const RevocationRecord&, const RevocationRecord&) = default;
+};
+
+// Compact JSON. Throws Error(invalid_argument) past kMaxRevocationRecordBytes.
+std::string encode_revocation_record(const RevocationRecord& record);
+// nullopt for malformed or oversized input (never throws).
+std::optional<RevocationRecord> decode_revocation_record(std::string_view bytes) noexcept;
+
+// "A -[/locks/y]-> B -[/locks/x]-> A"; empty when the record has no cycle.
+std::string cycle_text(const RevocationRecord& record);
+// One line for the victim's error message and logs, e.g. "revoked by
+// deadlock detector host/99 (policy youngest, mode wait) to break the cycle
+// A -[/locks/y]-> B -[/locks/x]-> A" or "... by zklock-cli@h: <reason>".
+std::string revocation_message(const RevocationRecord& record);
+
+// "/zklock/revocations/<name>" for a node path or bare node name.
+std::string revocation_record_path(std::string_view node_path_or_name);
+
+struct RevocationTarget {
+  std::string node;          // full path of a node to delete
+  std::string owner;         // its owner id
+  std::int64_t czxid = 0;    // its czxid (for the token); 0 if unknown
+};
+
+struct RevocationRequest {
+  std::vector<RevocationTarget> victims;    // deleted; one record each
+  std::vector<std::string> checks;          // must all still exist (the cycle's nodes)
+  std::optional<std::string> leader_node;   // must still exist (detector leadership)
+  RevocationRecord record;                  // victim_* fields are filled per target
+};
+
+enum class RevokeOutcome {
+  revoked,  // every victim deleted, every record written
+  aborted,  // a checked or victim node is gone (the cycle changed): nothing done
+  deposed,  // the leader node is gone: nothing done
+  failed,   // any other error (connection loss, NOAUTH...): nothing done, or unknown on connection loss
+};
+std::string_view revoke_outcome_name(RevokeOutcome o) noexcept;
+
+struct RevokeResult {
+  RevokeOutcome outcome = RevokeOutcome::failed;
+  Status status;              // the failing operation's status (ok when revoked)
+  std::string detail;         // which operation failed and why
+  std::vector<std::string> records;  // record paths written (when revoked)
+};
+
+// The multi's operations, in order (checks, creates, deletes). Pure.
+std::vector<Op> revocation_ops(const RevocationRequest& request, std::string_view ensemble_id);
+
+// Interprets a multi's per-operation results for `request`. Pure.
+RevokeResult interpret_revocation(const RevocationRequest& request, Status status,
+                                  const std::vector<OpResult>& results);
+
+// Runs the revocation: reads the ensemble id, runs the multi, and when the
+// records' parent is missing creates it and retries once. `done` runs once
+// on the completion thread.
+void revoke_async(Client& client, RevocationRequest request, std::function<void(RevokeResult)> done);
+// Synchronous form. If no answer comes within `timeout` the result is
+// `failed` with a detail saying so (the outcome is then unknown).
+RevokeResult revoke(Client& client, const RevocationRequest& request,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+// Reads the record for a node path (nullopt: none, or unreadable/malformed).
+// Throws Error on connection problems.
+std::optional<RevocationRecord> read_revocation_record(Client& client, std::string_view node_path);
+
+// Keeps the newest `keep` records (by czxid), deletes the rest. Returns how
+// many were deleted. Throws Error on connection problems.
+std::size_t prune_revocation_records(Client& client, std::size_t keep);
+
+}  // namespace zklock
