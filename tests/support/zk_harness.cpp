@@ -302,7 +302,9 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
       ::dup2(out_pipe[1], 1);
     }
     // Nothing else of the parent's (client sockets, pipes) leaks into the child.
-    ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+    if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+      for (int fd = 3; fd < 4096; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // kernels before 5.11
+    }
     if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) fail(errno);
     ::execve(exe.c_str(), argv.data(), envp.data());
     fail(errno);
