@@ -1,0 +1,247 @@
+#include "detector/daemon.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+namespace zklock::detector {
+namespace {
+
+std::int64_t wall_now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string default_id() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return std::string(host[0] ? host : "localhost") + "/" + std::to_string(getpid());
+}
+
+// A cycle's identity across scans: its sorted node paths.
+std::string cycle_key(const Cycle& c) {
+  std::string key;
+  for (const auto& p : c.node_paths()) {
+    key += p;
+    key += '\n';
+  }
+  return key;
+}
+
+}  // namespace
+
+std::string_view revocation_mode_name(RevocationMode m) noexcept { return m == RevocationMode::all ? "all" : "wait"; }
+
+Daemon::Daemon(DetectorConfig config) : config_(std::move(config)) {
+  log_ = config_.log ? config_.log : spdlog::default_logger();
+  if (config_.id.empty()) config_.id = default_id();
+
+  ClientOptions co;
+  co.connect = config_.zk;
+  co.session_timeout = config_.session_timeout;
+  co.connect_timeout = config_.connect_timeout;
+  co.credentials = config_.credentials;
+  client_ = std::make_unique<Client>(co);
+  metrics_.set_connected(client_->connected());
+  client_->add_listener([this](ConnectionState s) {
+    metrics_.set_connected(s == ConnectionState::connected || s == ConnectionState::reconnected);
+    log_->info("zookeeper: {}", state_name(s));
+  });
+
+  MirrorOptions mo;
+  mo.root = config_.root;
+  mo.max_children = config_.max_children;
+  mo.log = log_;
+  const auto min_wait = config_.min_wait;
+  mo.on_node_added = [this, min_wait](const std::string&, std::int64_t ctime_ms) {
+    // Fast path: check again once this node's wait is old enough to count.
+    const auto age = std::chrono::milliseconds(std::max<std::int64_t>(0, wall_now_ms() - ctime_ms));
+    const auto remaining = age >= min_wait ? std::chrono::milliseconds(0) : min_wait - age;
+    schedule(Clock::now() + remaining + std::chrono::milliseconds(20));
+  };
+  mirror_ = std::make_unique<Mirror>(*client_, mo);
+
+  LeaderOptions lo;
+  lo.id = config_.id;
+  lo.log = log_;
+  lo.on_change = [this](bool leader) { metrics_.set_leader(leader); };
+  election_ = std::make_unique<LeaderElection>(*client_, lo);
+
+  if (config_.metrics_port > 0) {
+    server_ = std::make_unique<MetricsServer>(metrics_, config_.metrics_host, config_.metrics_port,
+                                              [this] { return health(); });
+  }
+  mirror_->start();
+  election_->start();
+  log_->info("detector {} started: root {}, interval {} ms, min-wait {} ms, policy {}, mode {}{}", config_.id,
+             config_.root, config_.interval.count(), config_.min_wait.count(), policy_name(config_.policy.policy),
+             revocation_mode_name(config_.mode), config_.dry_run ? ", dry run" : "");
+}
+
+Daemon::~Daemon() {
+  stop();
+  server_.reset();
+  if (election_) election_->stop();
+  election_.reset();
+  mirror_.reset();
+  client_.reset();
+}
+
+std::string Daemon::health() const {
+  if (!client_->connected()) return "not connected to ZooKeeper";
+  return {};
+}
+
+void Daemon::schedule(Clock::time_point due) {
+  std::lock_guard lock(mu_);
+  due_.insert(due);
+  cv_.notify_all();
+}
+
+void Daemon::stop() {
+  std::lock_guard lock(mu_);
+  stopping_ = true;
+  cv_.notify_all();
+}
+
+void Daemon::run() {
+  auto next_tick = Clock::now();
+  auto next_resync = Clock::now() + config_.resync_interval;
+  auto next_prune = Clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      auto wake = next_tick;
+      if (!due_.empty()) wake = std::min(wake, *due_.begin());
+      cv_.wait_until(lock, wake, [&] {
+        return stopping_ || (!due_.empty() && *due_.begin() <= Clock::now()) || Clock::now() >= next_tick;
+      });
+      if (stopping_) break;
+      const auto now = Clock::now();
+      due_.erase(due_.begin(), due_.upper_bound(now));
+    }
+    const auto now = Clock::now();
+    if (now >= next_resync) {
+      mirror_->resync();
+      if (!election_->candidate_node()) election_->recheck();
+      next_resync = now + config_.resync_interval;
+    }
+    try {
+      scan_once();
+    } catch (const std::exception& e) {
+      log_->error("scan failed: {}", e.what());
+    }
+    if (now >= next_tick) next_tick = now + config_.interval;
+    if (now >= next_prune && election_->is_leader() && !config_.dry_run) {
+      next_prune = now + std::chrono::seconds(60);
+      try {
+        if (const auto n = prune_revocation_records(*client_, config_.keep_records)) {
+          log_->info("pruned {} old revocation records (keeping {})", n, config_.keep_records);
+        }
+      } catch (const std::exception& e) {
+        log_->warn("pruning revocation records failed: {}", e.what());
+      }
+    }
+  }
+  log_->info("detector {} stopping", config_.id);
+}
+
+std::vector<CycleReport> Daemon::scan_once() {
+  const auto started = Clock::now();
+  const auto now_ms = wall_now_ms();
+  const auto queues = mirror_->snapshot();
+  const auto analysis = analyze_queues(queues, AnalyzeOptions{now_ms, config_.min_wait});
+  const auto cycles = analysis.graph.cycles();
+  const auto leader_node = election_->leader_node();
+
+  std::vector<CycleReport> reports;
+  std::set<std::string> seen;
+  std::erase_if(revoked_nodes_, [&](const std::string& p) { return !analysis.nodes.count(p); });
+  for (const auto& c : cycles) {
+    const auto paths = c.node_paths();
+    if (std::any_of(paths.begin(), paths.end(), [&](const std::string& p) { return revoked_nodes_.count(p); })) {
+      continue;  // already broken by us; the mirror has not caught up yet
+    }
+    auto report = handle_cycle(c, analysis, now_ms, leader_node);
+    const auto key = cycle_key(c);
+    report.first_seen = !previous_cycles_.count(key);
+    if (report.first_seen) metrics_.cycle_detected(report.latency_seconds);
+    seen.insert(key);
+    if (on_cycle) on_cycle(report);
+    reports.push_back(std::move(report));
+  }
+  previous_cycles_ = std::move(seen);
+
+  Metrics::ScanFigures f;
+  f.locks = analysis.locks;
+  f.holders = analysis.holders;
+  f.waiters = analysis.waiters;
+  f.oldest_wait_seconds = static_cast<double>(analysis.oldest_wait_ms) / 1000.0;
+  f.scan_seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  metrics_.record_scan(f, mirror_->stats());
+  if (analysis.truncated_waiters) {
+    log_->warn("scan: {} waiters in very long queues were left out of the graph", analysis.truncated_waiters);
+  }
+  return reports;
+}
+
+CycleReport Daemon::handle_cycle(const Cycle& cycle, const WaitAnalysis& analysis, std::int64_t now_ms,
+                                 const std::optional<std::string>& leader_node) {
+  CycleReport r;
+  r.cycle = cycle;
+  r.text = cycle_text(cycle);
+  std::int64_t youngest = 0;
+  for (const auto& p : cycle.node_paths()) {
+    if (auto it = analysis.nodes.find(p); it != analysis.nodes.end()) youngest = std::max(youngest, it->second.ctime_ms);
+  }
+  r.latency_seconds = youngest ? static_cast<double>(now_ms - youngest) / 1000.0 : 0.0;
+  const auto candidates = cycle_candidates(cycle, analysis);
+  r.victim = candidates[choose_victim(candidates, config_.policy)];
+  const auto policy = std::string(policy_name(config_.policy.policy));
+
+  if (config_.dry_run) {
+    r.outcome = "dry_run";
+    if (!previous_cycles_.count(cycle_key(cycle))) metrics_.revocation(policy, r.outcome);
+  } else if (!leader_node) {
+    r.outcome = "standby";
+  } else {
+    RevocationRequest req;
+    req.victims.push_back({r.victim.node, r.victim.owner, r.victim.czxid});
+    if (config_.mode == RevocationMode::all) {
+      if (auto it = analysis.owners.find(r.victim.owner); it != analysis.owners.end()) {
+        for (const auto& held : it->second.held) {
+          const auto n = analysis.nodes.find(held);
+          req.victims.push_back({held, r.victim.owner, n != analysis.nodes.end() ? n->second.czxid : 0});
+        }
+      }
+    }
+    req.checks = cycle.node_paths();
+    req.leader_node = leader_node;
+    req.record.policy = policy;
+    req.record.mode = std::string(revocation_mode_name(config_.mode));
+    req.record.detector = config_.id;
+    for (const auto& w : cycle.waits) req.record.cycle.push_back({w.waiter, w.lock, w.waiter_node});
+    if (before_revoke) before_revoke(cycle);
+    const auto result = revoke(*client_, req, config_.session_timeout);
+    r.outcome = std::string(revoke_outcome_name(result.outcome));
+    r.detail = result.detail;
+    metrics_.revocation(policy, r.outcome);
+    if (result.outcome == RevokeOutcome::deposed) election_->recheck();
+    if (result.outcome == RevokeOutcome::revoked) {
+      for (const auto& v : req.victims) revoked_nodes_.insert(v.node);
+    }
+  }
+
+  const bool quiet = r.outcome == "standby" || (r.outcome == "dry_run" && previous_cycles_.count(cycle_key(cycle)));
+  if (!quiet) {
+    log_->info("cycle {} | victim {} ({}) by policy {} | outcome {}{}{} | detection latency {:.3f} s", r.text,
+               r.victim.owner, r.victim.node, policy, r.outcome, r.detail.empty() ? "" : ": ", r.detail,
+               r.latency_seconds);
+  }
+  return r;
+}
+
+}  // namespace zklock::detector

@@ -1,0 +1,125 @@
+// Daemon: the detector's loop — mirror, scan, choose, revoke, report.
+//
+// Each scan analyses the mirror's snapshot (no ZooKeeper reads), finds the
+// cycles among waits older than min_wait, picks a victim per cycle by policy
+// and, when this replica leads (and not in dry-run), revokes it with one
+// checked multi (zklock/revocation.hpp). A scan runs every `interval`, and
+// also at the min-wait deadline of each new lock node the mirror sees (the
+// fast path), so detection latency is at most min_wait + one scan + one
+// round trip after the cycle closes.
+//
+// Thread-safety: run() on one thread; stop(), metrics() and the accessors
+// from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <spdlog/logger.h>
+
+#include "detector/leader.hpp"
+#include "detector/metrics.hpp"
+#include "detector/mirror.hpp"
+#include "detector/policy.hpp"
+#include "zklock/client.hpp"
+#include "zklock/revocation.hpp"
+
+namespace zklock::detector {
+
+enum class RevocationMode { wait, all };
+std::string_view revocation_mode_name(RevocationMode m) noexcept;  // "wait" / "all"
+
+struct DetectorConfig {
+  std::string zk = "127.0.0.1:2181";
+  std::string root = "/locks";
+  std::chrono::milliseconds interval{1000};
+  std::chrono::milliseconds min_wait{1000};
+  std::chrono::milliseconds session_timeout{10000};
+  std::chrono::milliseconds connect_timeout{5000};
+  std::chrono::milliseconds resync_interval{60000};
+  PolicyOptions policy;
+  RevocationMode mode = RevocationMode::wait;
+  bool dry_run = false;
+  int metrics_port = 0;                 // 0: no HTTP endpoint
+  std::string metrics_host = "0.0.0.0";
+  std::optional<DigestCredentials> credentials;
+  std::string id;                       // detector id in records; default "<host>/<pid>"
+  std::size_t keep_records = 1000;
+  std::size_t max_children = 100'000;
+  std::shared_ptr<spdlog::logger> log;  // default: spdlog's default logger
+};
+
+// What one scan did about one cycle.
+struct CycleReport {
+  Cycle cycle;
+  std::string text;              // cycle_text(cycle)
+  Candidate victim;
+  std::string outcome;           // revoked, aborted, deposed, failed, dry_run, standby
+  std::string detail;
+  double latency_seconds = 0;    // youngest cycle node's creation -> detection
+  bool first_seen = false;       // not reported by the previous scan
+};
+
+class Daemon {
+ public:
+  // Connects to ZooKeeper (throws Error, e.g. connect_timeout) and starts
+  // mirroring, the election and the metrics endpoint.
+  explicit Daemon(DetectorConfig config);
+  ~Daemon();  // leaves the election (deletes the leader node)
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Loops until stop(). Returns normally.
+  void run();
+  void stop();
+
+  // One scan now (also what run() does). For tests and tools.
+  std::vector<CycleReport> scan_once();
+
+  const Metrics& metrics() const noexcept { return metrics_; }
+  bool is_leader() const { return election_->is_leader(); }
+  LeaderElection& election() { return *election_; }
+  Mirror& mirror() { return *mirror_; }
+  Client& client() { return *client_; }
+  int metrics_port() const { return server_ ? server_->port() : 0; }
+  const DetectorConfig& config() const noexcept { return config_; }
+
+  // Called for every cycle of every scan, on the run() thread. Set before run().
+  std::function<void(const CycleReport&)> on_cycle;
+  // Fault injection for tests: runs between the snapshot and the revocation
+  // multi of each cycle (to change the tree behind the detector's back).
+  std::function<void(const Cycle&)> before_revoke;
+
+ private:
+  void schedule(Clock::time_point due);
+  CycleReport handle_cycle(const Cycle& cycle, const WaitAnalysis& analysis, std::int64_t now_ms,
+                           const std::optional<std::string>& leader_node);
+  std::string health() const;
+
+  DetectorConfig config_;
+  std::shared_ptr<spdlog::logger> log_;
+  Metrics metrics_;
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<Mirror> mirror_;
+  std::unique_ptr<LeaderElection> election_;
+  std::unique_ptr<MetricsServer> server_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;                       // GUARDED_BY(mu_)
+  std::multiset<Clock::time_point> due_;        // GUARDED_BY(mu_): fast-path scan deadlines
+  std::set<std::string> previous_cycles_;       // run() thread only
+  // Nodes this replica revoked that the mirror still shows: cycles through
+  // them are stale views of an already broken cycle (run() thread only).
+  std::set<std::string> revoked_nodes_;
+};
+
+}  // namespace zklock::detector

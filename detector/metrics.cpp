@@ -1,0 +1,204 @@
+#include "detector/metrics.hpp"
+
+#include <cstdio>
+
+#include <httplib.h>
+
+#include "zklock/error.hpp"
+
+namespace zklock::detector {
+namespace {
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  out += "# HELP ";
+  out += name;
+  out += ' ';
+  out += help;
+  out += "\n# TYPE ";
+  out += name;
+  out += ' ';
+  out += type;
+  out += '\n';
+}
+
+void sample(std::string& out, const char* name, double v, const char* help, const char* type = "gauge") {
+  header(out, name, type, help);
+  out += name;
+  out += ' ';
+  out += num(v);
+  out += '\n';
+}
+
+void histogram(std::string& out, const char* name, const Histogram& h, const char* help) {
+  header(out, name, "histogram", help);
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < h.bounds.size(); ++i) {
+    cumulative += h.counts[i];
+    out += std::string(name) + "_bucket{le=\"" + num(h.bounds[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += std::string(name) + "_bucket{le=\"+Inf\"} " + std::to_string(h.count) + "\n";
+  out += std::string(name) + "_sum " + num(h.sum) + "\n";
+  out += std::string(name) + "_count " + std::to_string(h.count) + "\n";
+}
+
+std::string label_value(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+void Histogram::observe(double v) {
+  for (std::size_t i = 0; i < bounds.size(); ++i) {
+    if (v <= bounds[i]) {
+      ++counts[i];
+      break;
+    }
+  }
+  sum += v;
+  ++count;
+}
+
+Metrics::Metrics() {
+  scan_seconds_.bounds = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5};
+  scan_seconds_.counts.assign(scan_seconds_.bounds.size(), 0);
+  latency_seconds_.bounds = {0.5, 1, 1.5, 2, 3, 5, 10, 30, 60};
+  latency_seconds_.counts.assign(latency_seconds_.bounds.size(), 0);
+}
+
+void Metrics::record_scan(const ScanFigures& f, const MirrorStats& mirror) {
+  std::lock_guard lock(mu_);
+  last_ = f;
+  mirror_ = mirror;
+  ++scans_;
+  scan_seconds_.observe(f.scan_seconds);
+}
+
+void Metrics::set_leader(bool leader) {
+  std::lock_guard lock(mu_);
+  leader_ = leader;
+}
+
+void Metrics::set_connected(bool connected) {
+  std::lock_guard lock(mu_);
+  connected_ = connected;
+}
+
+void Metrics::cycle_detected(double latency) {
+  std::lock_guard lock(mu_);
+  ++cycles_;
+  latency_seconds_.observe(latency);
+}
+
+void Metrics::revocation(const std::string& policy, const std::string& outcome) {
+  std::lock_guard lock(mu_);
+  ++revocations_[{policy, outcome}];
+}
+
+std::uint64_t Metrics::cycles_detected() const {
+  std::lock_guard lock(mu_);
+  return cycles_;
+}
+
+std::uint64_t Metrics::scans() const {
+  std::lock_guard lock(mu_);
+  return scans_;
+}
+
+std::uint64_t Metrics::revocations(const std::string& outcome) const {
+  std::lock_guard lock(mu_);
+  std::uint64_t n = 0;
+  for (const auto& [key, v] : revocations_) {
+    if (key.second == outcome) n += v;
+  }
+  return n;
+}
+
+std::string Metrics::render() const {
+  std::lock_guard lock(mu_);
+  std::string out;
+  sample(out, "zklock_detector_leader", leader_ ? 1 : 0, "1 while this replica is the acting detector.");
+  sample(out, "zklock_detector_zookeeper_connected", connected_ ? 1 : 0, "1 while the ZooKeeper session is connected.");
+  sample(out, "zklock_detector_locks", static_cast<double>(last_.locks), "Lock paths with at least one node, at the last scan.");
+  sample(out, "zklock_detector_holders", static_cast<double>(last_.holders), "Lock nodes that hold their lock, at the last scan.");
+  sample(out, "zklock_detector_waiters", static_cast<double>(last_.waiters), "Lock nodes that wait, at the last scan.");
+  sample(out, "zklock_detector_oldest_wait_seconds", last_.oldest_wait_seconds,
+         "Age of the oldest waiting lock node, at the last scan.");
+  sample(out, "zklock_detector_scans_total", static_cast<double>(scans_), "Scans of the mirrored lock tree.", "counter");
+  histogram(out, "zklock_detector_scan_duration_seconds", scan_seconds_,
+            "Time to analyse one snapshot (graph, cycles, revocations).");
+  sample(out, "zklock_detector_cycles_detected_total", static_cast<double>(cycles_),
+         "Deadlock cycles found (counted once per scan that sees them).", "counter");
+  histogram(out, "zklock_detector_detection_latency_seconds", latency_seconds_,
+            "From the creation of a cycle's youngest node to its detection.");
+  header(out, "zklock_detector_revocations_total", "counter",
+         "Revocation attempts by policy and outcome (revoked, aborted, deposed, failed, dry_run).");
+  for (const auto& [key, v] : revocations_) {
+    out += "zklock_detector_revocations_total{policy=\"" + label_value(key.first) + "\",outcome=\"" +
+           label_value(key.second) + "\"} " + std::to_string(v) + "\n";
+  }
+  std::uint64_t aborted = 0;
+  for (const auto& [key, v] : revocations_) {
+    if (key.second == "aborted") aborted += v;
+  }
+  sample(out, "zklock_detector_revocations_aborted_total", static_cast<double>(aborted),
+         "Revocations not performed because the cycle changed after the snapshot.", "counter");
+  sample(out, "zklock_detector_mirror_nodes", static_cast<double>(mirror_.nodes), "Lock nodes in the mirror.");
+  sample(out, "zklock_detector_mirror_dirs", static_cast<double>(mirror_.dirs), "Directories (watched znodes) in the mirror.");
+  sample(out, "zklock_detector_mirror_pending_reads", static_cast<double>(mirror_.pending),
+         "Mirror reads queued or in flight.");
+  sample(out, "zklock_detector_mirror_reads_total", static_cast<double>(mirror_.ops_issued),
+         "ZooKeeper reads issued by the mirror.", "counter");
+  sample(out, "zklock_detector_mirror_resyncs_total", static_cast<double>(mirror_.resyncs),
+         "Full re-lists of the lock tree (periodic and after a new session).", "counter");
+  sample(out, "zklock_detector_mirror_skipped_dirs_total", static_cast<double>(mirror_.skipped_dirs),
+         "Directories skipped: too many children, no READ permission, or too deep.", "counter");
+  sample(out, "zklock_detector_mirror_bad_node_data_total", static_cast<double>(mirror_.bad_data),
+         "Lock nodes whose data was malformed, oversized or named another owner.", "counter");
+  return out;
+}
+
+struct MetricsServer::Impl {
+  httplib::Server server;
+  std::thread thread;
+};
+
+MetricsServer::MetricsServer(const Metrics& metrics, std::string host, int port,
+                             std::function<std::string()> healthy)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->server.Get("/metrics", [&metrics](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  impl_->server.Get("/healthz", [healthy = std::move(healthy)](const httplib::Request&, httplib::Response& res) {
+    const auto problem = healthy ? healthy() : std::string();
+    res.status = problem.empty() ? 200 : 503;
+    res.set_content(problem.empty() ? "ok\n" : problem + "\n", "text/plain");
+  });
+  port_ = port == 0 ? impl_->server.bind_to_any_port(host.c_str())
+                    : (impl_->server.bind_to_port(host.c_str(), port) ? port : -1);
+  if (port_ < 0) {
+    throw Error(Errc::io_error, "metrics: cannot listen on " + host + ":" + std::to_string(port));
+  }
+  impl_->thread = std::thread([this] { impl_->server.listen_after_bind(); });
+}
+
+MetricsServer::~MetricsServer() {
+  impl_->server.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+}  // namespace zklock::detector

@@ -1,0 +1,84 @@
+// Metrics: the detector's numbers, in Prometheus text format, and the small
+// HTTP server (cpp-httplib) that serves them with a health check.
+//
+//   GET /metrics   text/plain; version=0.0.4 (every metric is listed in docs/detector.md)
+//   GET /healthz   200 "ok" while connected to ZooKeeper, else 503 with the reason
+//
+// Thread-safety: Metrics may be updated and rendered from any thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "detector/mirror.hpp"
+
+namespace zklock::detector {
+
+// A cumulative histogram with fixed upper bounds (seconds).
+struct Histogram {
+  std::vector<double> bounds;
+  std::vector<std::uint64_t> counts;  // per bound, cumulative when rendered
+  double sum = 0;
+  std::uint64_t count = 0;
+  void observe(double v);
+};
+
+class Metrics {
+ public:
+  Metrics();
+
+  struct ScanFigures {
+    std::size_t locks = 0, holders = 0, waiters = 0;
+    double oldest_wait_seconds = 0;
+    double scan_seconds = 0;
+  };
+  void record_scan(const ScanFigures& f, const MirrorStats& mirror);
+  void set_leader(bool leader);
+  void set_connected(bool connected);
+  void cycle_detected(double detection_latency_seconds);
+  // outcome: "revoked", "aborted", "deposed", "failed" or "dry_run".
+  void revocation(const std::string& policy, const std::string& outcome);
+
+  std::uint64_t cycles_detected() const;
+  std::uint64_t revocations(const std::string& outcome) const;  // summed over policies
+  std::uint64_t aborted() const { return revocations("aborted"); }
+  std::uint64_t scans() const;
+
+  std::string render() const;
+
+ private:
+  mutable std::mutex mu_;
+  ScanFigures last_;                   // GUARDED_BY(mu_)
+  MirrorStats mirror_;                 // GUARDED_BY(mu_)
+  bool leader_ = false, connected_ = false;
+  std::uint64_t scans_ = 0, cycles_ = 0;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> revocations_;  // (policy, outcome)
+  Histogram scan_seconds_, latency_seconds_;
+};
+
+// Serves /metrics and /healthz on 0.0.0.0:<port> from its own thread.
+class MetricsServer {
+ public:
+  // `healthy` returns an empty string when healthy, else the reason.
+  // port 0 picks a free port (see port()). Throws Error(io_error) if it cannot bind.
+  MetricsServer(const Metrics& metrics, std::string host, int port, std::function<std::string()> healthy);
+  ~MetricsServer();
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  int port() const noexcept { return port_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
+};
+
+}  // namespace zklock::detector

@@ -1,0 +1,91 @@
+// Mirror: an in-memory copy of the lock tree under a root, kept current by
+// child watches.
+//
+// Every znode under the root that is not a zklock lock node is a directory
+// (a lock path, or a plain parent of lock paths at any depth) and carries one
+// child watch. When a watch fires only that directory is listed again and
+// diffed: new lock nodes get their data and stat read once (the data never
+// changes), vanished ones are dropped, new directories are listed, vanished
+// ones are forgotten with their subtree. snapshot() reads memory only: a scan
+// costs no ZooKeeper operation while nothing changes.
+//
+// resync() re-lists every directory (a safety net; it arms no second watch
+// where one is armed). A new session (after expiry) loses every watch: the
+// mirror re-lists everything on its own.
+//
+// Bad input is logged and skipped, never fatal: foreign child names are
+// treated as directories (up to max_depth); lock nodes with malformed or
+// oversized data stay in their queue (they still block) with an owner taken
+// from the owner key in their name; directories with more than max_children
+// children, or without READ permission, are skipped until the next resync.
+//
+// Reads are bounded: at most max_inflight operations are outstanding; the
+// rest wait in a queue (a first sync of a large tree does not flood the
+// connection).
+//
+// Thread-safety: all methods may be called from any thread except a Client
+// callback. Client callbacks only update memory and issue further async
+// reads; the listener `on_node_added` runs on the completion thread and must
+// be cheap.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <spdlog/logger.h>
+
+#include "detector/lock_queue.hpp"
+#include "zklock/client.hpp"
+
+namespace zklock::detector {
+
+struct MirrorOptions {
+  std::string root = "/locks";
+  std::size_t max_children = 100'000;  // larger directories are skipped
+  std::size_t max_depth = 32;          // directories deeper below the root are skipped
+  std::size_t max_inflight = 256;
+  std::shared_ptr<spdlog::logger> log;  // default: spdlog's default logger
+  // Called when a lock node's stat arrives: (lock path, node ctime in ms).
+  std::function<void(const std::string& lock, std::int64_t ctime_ms)> on_node_added;
+};
+
+struct MirrorStats {
+  std::size_t dirs = 0;            // directories mirrored (root included)
+  std::size_t nodes = 0;           // lock nodes mirrored
+  std::size_t pending = 0;         // reads queued or in flight
+  std::uint64_t ops_issued = 0;    // ZooKeeper reads since start
+  std::uint64_t resyncs = 0;       // full re-lists (periodic and after a new session)
+  std::uint64_t skipped_dirs = 0;  // directories skipped (oversized, NOAUTH, too deep)
+  std::uint64_t bad_data = 0;      // lock nodes whose data did not decode
+};
+
+class Mirror {
+ public:
+  // REQUIRES: `client` outlives the Mirror. Nothing is read before start().
+  Mirror(Client& client, MirrorOptions options);
+  ~Mirror();
+  Mirror(const Mirror&) = delete;
+  Mirror& operator=(const Mirror&) = delete;
+
+  void start();
+  void resync();
+
+  // The current lock queues (lock paths with at least one zklock node).
+  std::vector<LockQueue> snapshot() const;
+  MirrorStats stats() const;
+  // True when no read is queued or in flight (the copy is as current as the
+  // watches make it).
+  bool idle() const;
+  bool wait_idle(std::chrono::milliseconds timeout) const;
+
+  struct Core;  // shared with in-flight callbacks
+
+ private:
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace zklock::detector

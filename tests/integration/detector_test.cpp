@@ -1,0 +1,362 @@
+// zklock-detector against a real ZooKeeper server. Cycles are planted by
+// creating lock nodes directly (EPHEMERAL_SEQUENTIAL children with zklock
+// names and data, one session per owner) — exactly how a client in another
+// language would appear to the detector.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <future>
+#include <mutex>
+
+#include "detector/daemon.hpp"
+#include "zk_harness.hpp"
+#include "zklock/node_data.hpp"
+#include "zklock/revocation.hpp"
+#include "zklock/token.hpp"
+
+namespace zklock::detector {
+namespace {
+
+using namespace std::chrono_literals;
+
+// One owner: its own session, so its nodes live and die with it.
+class Owner {
+ public:
+  explicit Owner(std::string id, int priority = 0)
+      : id_(std::move(id)), priority_(priority),
+        client_(ClientOptions{.connect = test::shared_server().connect_string(), .session_timeout = 6s}) {}
+
+  // Creates a lock node on `lock` and returns its full path.
+  std::string enqueue(const std::string& lock, Mode mode) {
+    client_.ensure_path(lock, CreateMode::persistent);
+    NodeData d{id_, "testhost", 1, mode, priority_, ""};
+    const auto prefix = lock + "/" + lock_node_prefix(mode, owner_key(id_), new_guid());
+    std::promise<std::pair<Status, std::string>> p;
+    client_.create(prefix, encode_node_data(d), CreateMode::ephemeral_sequential,
+                   [&p](Status s, const std::string& path, const Stat&) { p.set_value({s, path}); });
+    auto [s, path] = p.get_future().get();
+    if (!s.ok()) throw s.error("create " + prefix);
+    return path;
+  }
+  std::string hold(const std::string& lock) { return enqueue(lock, Mode::exclusive); }
+  Client& client() { return client_; }
+  const std::string& id() const { return id_; }
+
+ private:
+  std::string id_;
+  int priority_;
+  Client client_;
+};
+
+bool exists(Client& c, const std::string& path) { return c.stat(path).has_value(); }
+
+void remove_node(Client& c, const std::string& path) {
+  std::promise<Status> p;
+  c.remove(path, -1, [&p](Status s) { p.set_value(s); });
+  ASSERT_TRUE(p.get_future().get().ok()) << path;
+}
+
+DetectorConfig config(const std::string& root, Policy policy = Policy::youngest) {
+  DetectorConfig cfg;
+  cfg.zk = test::shared_server().connect_string();
+  cfg.root = root;
+  cfg.interval = 200ms;
+  cfg.min_wait = 500ms;
+  cfg.session_timeout = 4s;
+  cfg.policy.policy = policy;
+  cfg.id = "detector-test";
+  return cfg;
+}
+
+// Runs a Daemon on its own thread and collects its cycle reports.
+class Running {
+ public:
+  explicit Running(DetectorConfig cfg) : daemon_(std::move(cfg)) {
+    daemon_.on_cycle = [this](const CycleReport& r) {
+      std::lock_guard lock(mu_);
+      reports_.push_back(r);
+      cv_.notify_all();
+    };
+    thread_ = std::thread([this] { daemon_.run(); });
+  }
+  ~Running() {
+    daemon_.stop();
+    thread_.join();
+  }
+  Daemon& daemon() { return daemon_; }
+
+  // Waits (bounded) until `n` reports with outcome `outcome` arrived.
+  std::vector<CycleReport> wait_for(const std::string& outcome, std::size_t n, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    std::vector<CycleReport> out;
+    cv_.wait_for(lock, timeout, [&] {
+      out.clear();
+      for (const auto& r : reports_) {
+        if (r.outcome == outcome) out.push_back(r);
+      }
+      return out.size() >= n;
+    });
+    return out;
+  }
+  std::size_t count(const std::string& outcome) {
+    std::lock_guard lock(mu_);
+    return static_cast<std::size_t>(
+        std::count_if(reports_.begin(), reports_.end(), [&](const CycleReport& r) { return r.outcome == outcome; }));
+  }
+
+ private:
+  Daemon daemon_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<CycleReport> reports_;
+  std::thread thread_;
+};
+
+void print_latency(const CycleReport& r, const DetectorConfig& cfg) {
+  std::printf("[ detector ] cycle %s -> victim %s, detection latency %.3f s (bound %.3f s)\n", r.text.c_str(),
+              r.victim.owner.c_str(), r.latency_seconds,
+              std::chrono::duration<double>(cfg.min_wait + cfg.interval + 1s).count());
+  EXPECT_LE(r.latency_seconds, std::chrono::duration<double>(cfg.min_wait + cfg.interval + 1s).count());
+}
+
+struct TwoCycle {
+  std::string a_holds, b_holds, a_waits, b_waits;
+};
+// A holds X and waits for Y; B holds Y and waits for X; B's wait is younger.
+TwoCycle plant_two_cycle(Owner& a, Owner& b, const std::string& root) {
+  TwoCycle t;
+  t.a_holds = a.hold(root + "/x");
+  t.b_holds = b.hold(root + "/y");
+  t.a_waits = a.enqueue(root + "/y", Mode::exclusive);
+  t.b_waits = b.enqueue(root + "/x", Mode::exclusive);
+  return t;
+}
+
+TEST(Detector, BreaksATwoCycleWithTheYoungestVictimAndARecord) {
+  const auto root = test::unique_path("det");
+  Owner a("A"), b("B");
+  const auto t = plant_two_cycle(a, b, root);
+  const auto cfg = config(root);
+  Running run(cfg);
+  const auto revoked = run.wait_for("revoked", 1, 10s);
+  ASSERT_EQ(revoked.size(), 1u);
+  const auto& r = revoked[0];
+  EXPECT_EQ(r.victim.owner, "B");
+  EXPECT_EQ(r.victim.node, t.b_waits);
+  print_latency(r, cfg);
+  EXPECT_FALSE(exists(a.client(), t.b_waits));
+  EXPECT_TRUE(exists(a.client(), t.a_waits));
+  EXPECT_TRUE(exists(a.client(), t.a_holds));
+  EXPECT_TRUE(exists(a.client(), t.b_holds));
+  const auto rec = read_revocation_record(a.client(), t.b_waits);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->victim_owner, "B");
+  EXPECT_EQ(rec->policy, "youngest");
+  EXPECT_EQ(rec->mode, "wait");
+  EXPECT_EQ(rec->detector, "detector-test");
+  EXPECT_EQ(cycle_text(*rec), "A -[" + root + "/y]-> B -[" + root + "/x]-> A");
+  const auto token = FencingToken::try_parse(rec->victim_token);
+  ASSERT_TRUE(token) << rec->victim_token;
+  EXPECT_GT(token->czxid(), 0);
+  EXPECT_EQ(run.daemon().metrics().revocations("revoked"), 1u);
+}
+
+TEST(Detector, EachPolicyChoosesItsVictim) {
+  struct Case {
+    Policy policy;
+    std::string expected;
+  };
+  // A: priority 5, holds 2 nodes, older wait. B: priority -3, holds 1, younger wait.
+  for (const auto& c : {Case{Policy::youngest, "B"}, Case{Policy::oldest, "A"}, Case{Policy::fewest_held, "B"},
+                        Case{Policy::most_held, "A"}, Case{Policy::lowest_priority, "B"}}) {
+    const auto root = test::unique_path("det-policy");
+    Owner a("A", 5), b("B", -3);
+    a.hold(root + "/extra");
+    plant_two_cycle(a, b, root);
+    auto cfg = config(root, c.policy);
+    Running run(cfg);
+    const auto revoked = run.wait_for("revoked", 1, 10s);
+    ASSERT_EQ(revoked.size(), 1u) << policy_name(c.policy);
+    EXPECT_EQ(revoked[0].victim.owner, c.expected) << policy_name(c.policy);
+    print_latency(revoked[0], cfg);
+  }
+}
+
+TEST(Detector, ThreeCycleSelfLoopAndDisjointCyclesInOneScan) {
+  const auto root = test::unique_path("det-many");
+  Owner a("A"), b("B"), c("C"), p("P"), q("Q"), s("S");
+  // 3-cycle A -> B -> C -> A
+  a.hold(root + "/a");
+  b.hold(root + "/b");
+  c.hold(root + "/c");
+  a.enqueue(root + "/b", Mode::exclusive);
+  b.enqueue(root + "/c", Mode::exclusive);
+  const auto c_waits = c.enqueue(root + "/a", Mode::exclusive);
+  // disjoint 2-cycle P <-> Q
+  p.hold(root + "/p");
+  q.hold(root + "/q");
+  p.enqueue(root + "/q", Mode::exclusive);
+  const auto q_waits = q.enqueue(root + "/p", Mode::exclusive);
+  // self-loop: S holds s and waits for s
+  s.hold(root + "/s");
+  const auto s_waits = s.enqueue(root + "/s", Mode::exclusive);
+
+  const auto cfg = config(root);
+  Running run(cfg);
+  const auto revoked = run.wait_for("revoked", 3, 10s);
+  ASSERT_EQ(revoked.size(), 3u);
+  std::set<std::string> victims;
+  for (const auto& r : revoked) {
+    victims.insert(r.victim.node);
+    print_latency(r, cfg);
+  }
+  EXPECT_EQ(victims, (std::set<std::string>{c_waits, q_waits, s_waits}));
+  EXPECT_FALSE(exists(a.client(), c_waits));
+  EXPECT_FALSE(exists(a.client(), s_waits));
+}
+
+TEST(Detector, ReadWriteSoftEdgeCycle) {
+  const auto root = test::unique_path("det-rw");
+  Owner r1("R1"), w("W"), r2("R2");
+  r1.enqueue(root + "/x", Mode::shared);  // R1 holds X (shared)
+  r2.enqueue(root + "/y", Mode::shared);  // R2 holds Y (shared)
+  w.enqueue(root + "/x", Mode::exclusive);  // W waits for X behind R1
+  const auto r2_waits = r2.enqueue(root + "/x", Mode::shared);  // R2 waits for X behind W (soft)
+  const auto r1_waits = r1.enqueue(root + "/y", Mode::exclusive);  // R1 waits for Y: cycle closes
+  const auto cfg = config(root);
+  Running run(cfg);
+  const auto revoked = run.wait_for("revoked", 1, 10s);
+  ASSERT_EQ(revoked.size(), 1u);
+  EXPECT_NE(revoked[0].text.find("~["), std::string::npos) << revoked[0].text;  // a soft edge on the cycle
+  EXPECT_EQ(revoked[0].victim.node, r1_waits);  // youngest
+  EXPECT_TRUE(exists(w.client(), r2_waits));
+  print_latency(revoked[0], cfg);
+}
+
+TEST(Detector, ACycleThatDissolvesBeforeTheMultiIsNotRevokedAndCounted) {
+  const auto root = test::unique_path("det-race");
+  Owner a("A"), b("B");
+  const auto t = plant_two_cycle(a, b, root);
+  auto cfg = config(root);
+  Daemon d(cfg);
+  ASSERT_TRUE(d.election().wait_leader(10s));
+  ASSERT_TRUE(d.mirror().wait_idle(10s));
+  // Let the waits age past min-wait, then dissolve the cycle between the
+  // snapshot and the multi: A gives up its hold on X.
+  std::this_thread::sleep_until(std::chrono::steady_clock::now() + cfg.min_wait + 100ms);
+  d.before_revoke = [&](const Cycle&) { remove_node(a.client(), t.a_holds); };
+  const auto reports = d.scan_once();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].outcome, "aborted") << reports[0].detail;
+  EXPECT_EQ(d.metrics().aborted(), 1u);
+  EXPECT_TRUE(exists(a.client(), t.b_waits));  // nothing revoked
+  EXPECT_FALSE(read_revocation_record(a.client(), t.b_waits));
+  EXPECT_NE(d.metrics().render().find("zklock_detector_revocations_aborted_total 1"), std::string::npos);
+}
+
+TEST(Detector, WaitsYoungerThanMinWaitAreNeverRevoked) {
+  const auto root = test::unique_path("det-young");
+  Owner a("A"), b("B");
+  const auto t = plant_two_cycle(a, b, root);
+  auto cfg = config(root);
+  cfg.min_wait = 60s;
+  Running run(cfg);
+  // At least ten full scans of a mirrored tree, then look.
+  ASSERT_TRUE(run.daemon().mirror().wait_idle(10s));
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  const auto start = run.daemon().metrics().scans();
+  while (run.daemon().metrics().scans() < start + 10 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_GE(run.daemon().metrics().scans(), start + 10);
+  EXPECT_EQ(run.count("revoked"), 0u);
+  EXPECT_EQ(run.daemon().metrics().cycles_detected(), 0u);
+  EXPECT_TRUE(exists(a.client(), t.b_waits));
+}
+
+TEST(Detector, ScansCostNoZooKeeperReadsWhileNothingChanges) {
+  const auto root = test::unique_path("det-ops");
+  Owner a("A");
+  a.hold(root + "/one/x");
+  a.hold(root + "/two/deeper/y");
+  auto cfg = config(root);
+  Daemon d(cfg);
+  ASSERT_TRUE(d.mirror().wait_idle(10s));
+  const auto before = d.mirror().stats();
+  EXPECT_EQ(before.nodes, 2u);
+  for (int i = 0; i < 20; ++i) d.scan_once();
+  EXPECT_EQ(d.mirror().stats().ops_issued, before.ops_issued);
+  // A change costs a re-list of that one directory plus one read per new node.
+  a.hold(root + "/one/x");
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (d.mirror().stats().nodes < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(d.mirror().wait_idle(10s));
+  EXPECT_EQ(d.mirror().stats().nodes, 3u);
+  EXPECT_EQ(d.mirror().stats().ops_issued, before.ops_issued + 2);
+}
+
+TEST(Detector, BadInputIsSkippedAndTheCycleStillFound) {
+  const auto root = test::unique_path("det-bad");
+  Owner a("A"), b("B");
+  // A foreign child, a foreign sequential node, and a zklock-named node with garbage data.
+  a.client().ensure_path(root + "/x/not-a-lock-node", CreateMode::persistent);
+  std::promise<Status> p;
+  a.client().create(root + "/x/" + lock_node_prefix(Mode::shared, owner_key("Z"), new_guid()), "{garbage",
+                    CreateMode::ephemeral_sequential, [&p](Status s, const std::string&, const Stat&) { p.set_value(s); });
+  ASSERT_TRUE(p.get_future().get().ok());
+  plant_two_cycle(a, b, root);
+  const auto cfg = config(root);
+  Running run(cfg);
+  const auto revoked = run.wait_for("revoked", 1, 10s);
+  ASSERT_EQ(revoked.size(), 1u);
+  EXPECT_GE(run.daemon().mirror().stats().bad_data, 1u);
+}
+
+TEST(Detector, StandbyTakesOverAndADeposedLeaderCannotRevoke) {
+  const auto root = test::unique_path("det-ha");
+  auto cfg1 = config(root);
+  cfg1.id = "first";
+  auto cfg2 = config(root);
+  cfg2.id = "second";
+  auto first = std::make_unique<Running>(cfg1);
+  ASSERT_TRUE(first->daemon().election().wait_leader(10s));
+  Running second(cfg2);
+  ASSERT_TRUE(second.daemon().election().candidate_node().has_value() ||
+              [&] {
+                const auto deadline = std::chrono::steady_clock::now() + 5s;
+                while (!second.daemon().election().candidate_node() && std::chrono::steady_clock::now() < deadline) {
+                  std::this_thread::sleep_for(10ms);
+                }
+                return second.daemon().election().candidate_node().has_value();
+              }());
+  EXPECT_FALSE(second.daemon().is_leader());
+  const auto old_leader_node = *first->daemon().election().leader_node();
+
+  first.reset();  // graceful shutdown deletes the leader node
+  ASSERT_TRUE(second.daemon().election().wait_leader(10s));
+
+  Owner a("A"), b("B");
+  const auto t = plant_two_cycle(a, b, root);
+  const auto revoked = second.wait_for("revoked", 1, 10s);
+  ASSERT_EQ(revoked.size(), 1u);
+  print_latency(revoked[0], cfg2);
+
+  // A deposed leader's revocation: its leader node is gone, so nothing happens.
+  Owner c("C"), d("D");
+  const auto u = plant_two_cycle(c, d, test::unique_path("det-ha-unwatched"));
+  RevocationRequest req;
+  req.victims = {{u.b_waits, "D", 0}};
+  req.checks = {u.a_holds, u.b_holds, u.a_waits, u.b_waits};
+  req.leader_node = old_leader_node;
+  req.record.detector = "first";
+  const auto result = revoke(c.client(), req);
+  EXPECT_EQ(result.outcome, RevokeOutcome::deposed) << result.detail;
+  EXPECT_TRUE(exists(c.client(), u.b_waits));
+  EXPECT_FALSE(read_revocation_record(c.client(), u.b_waits));
+}
+
+}  // namespace
+}  // namespace zklock::detector
