@@ -1,0 +1,67 @@
+// zklock cycles [PATH]: the wait-for cycles right now, read-only, found by
+// the detector's own graph code.
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/lock_tree.hpp"
+
+namespace zklock::cli {
+namespace {
+
+struct CyclesOptions {
+  std::string path;
+  std::string min_wait = "0s";
+};
+
+nlohmann::json wait_json(const detector::Wait& w) {
+  return {{"waiter", w.waiter},           {"blocker", w.blocker},
+          {"lock", w.lock},               {"waiter_node", w.waiter_node},
+          {"blocker_node", w.blocker_node}, {"kind", detector::edge_kind_name(w.kind)}};
+}
+
+void run_cycles(const GlobalOptions& g, const CyclesOptions& o) {
+  const auto min_wait = parse_duration(o.min_wait);
+  const std::string path = o.path.empty() ? resolve_path(g.root, "/") : resolve_path(o.path, g.root);
+  auto client = connect(g);
+  if (!o.path.empty() && !client->stat(path)) throw CliError(exit_code::no_such, "no such path: " + path);
+  const auto analysis = analyze(read_tree(*client, path), min_wait, now_ms());
+  const auto cycles = analysis.graph.cycles();
+
+  if (g.json) {
+    nlohmann::json j{{"root", path}, {"cycles", nlohmann::json::array()}};
+    for (const auto& c : cycles) {
+      nlohmann::json cj{{"text", detector::cycle_text(c)}, {"owners", c.owners()}, {"waits", nlohmann::json::array()}};
+      for (const auto& w : c.waits) cj["waits"].push_back(wait_json(w));
+      j["cycles"].push_back(std::move(cj));
+    }
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    return;
+  }
+  if (cycles.empty()) {
+    std::cout << "no cycles under " << path << "\n";
+    return;
+  }
+  for (std::size_t i = 0; i < cycles.size(); ++i) {
+    std::cout << "cycle " << i + 1 << ": " << detector::cycle_text(cycles[i]) << "\n";
+    for (const auto& w : cycles[i].waits) {
+      std::cout << "  " << w.waiter << " waits on " << w.lock << " (" << w.waiter_node << ") for " << w.blocker
+                << (w.kind == detector::EdgeKind::hard ? ", which holds it" : ", which waits ahead of it") << "\n";
+    }
+  }
+}
+
+}  // namespace
+
+void set_cycles_command(CLI::App* app, Context& ctx) {
+  auto opts = std::make_shared<CyclesOptions>();
+  auto* sub = app->add_subcommand("cycles", "Show the current wait-for cycles (deadlocks) under the root; read-only");
+  sub->add_option("path", opts->path, "Where to look (absolute, or relative to --root); default: the root");
+  sub->add_option("--min-wait", opts->min_wait, "Only count waits at least this old (the detector's --min-wait)")
+      ->capture_default_str();
+  sub->callback([&ctx, opts] { run_cycles(ctx.global, *opts); });
+}
+
+}  // namespace zklock::cli

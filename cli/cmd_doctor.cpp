@@ -1,0 +1,269 @@
+// zklock doctor: is this machine set up to use zklock? Reachability, each
+// server's version and mode (the `srvr` four-letter word), the ensemble id,
+// the negotiated session timeout, the root, permissions, and whether a
+// deadlock detector leads.
+//
+// Exit status: 69 when no session can be opened, 1 when a check fails,
+// 0 otherwise (warnings included).
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <iostream>
+#include <future>
+#include <optional>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "zklock/node_name.hpp"
+#include "zklock/token.hpp"
+
+namespace zklock::cli {
+namespace {
+
+using std::chrono::milliseconds;
+using SteadyClock = std::chrono::steady_clock;
+
+struct Check {
+  std::string name;
+  std::string status;  // "ok", "warn", "fail"
+  std::string detail;
+};
+
+// Sends a four-letter word to host:port and returns the whole answer, or
+// nullopt if none came within `timeout`. Never throws.
+std::optional<std::string> four_letter_word(const std::string& host, const std::string& port, const char* word,
+                                            milliseconds timeout) {
+  const auto deadline = SteadyClock::now() + timeout;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) return std::nullopt;
+  std::optional<std::string> answer;
+  for (auto* ai = res; ai != nullptr && !answer; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    auto remaining = [&] {
+      return static_cast<int>(std::max<std::int64_t>(
+          0, std::chrono::duration_cast<milliseconds>(deadline - SteadyClock::now()).count()));
+    };
+    bool ok = ::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS;
+    if (ok) {
+      pollfd p{fd, POLLOUT, 0};
+      ok = ::poll(&p, 1, remaining()) == 1;
+      int err = 0;
+      socklen_t len = sizeof err;
+      ok = ok && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+    }
+    ok = ok && ::send(fd, word, 4, MSG_NOSIGNAL) == 4;
+    std::string text;
+    while (ok) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, remaining()) != 1) {
+        ok = false;
+        break;
+      }
+      char buf[4096];
+      const auto n = ::recv(fd, buf, sizeof buf, 0);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (n <= 0) break;
+      text.append(buf, static_cast<std::size_t>(n));
+    }
+    if (ok && !text.empty()) answer = text;
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return answer;
+}
+
+// "host:port,host:port/chroot" -> [(host, port)]
+std::vector<std::pair<std::string, std::string>> servers_of(std::string connect) {
+  if (const auto slash = connect.find('/'); slash != std::string::npos) connect.resize(slash);
+  std::vector<std::pair<std::string, std::string>> out;
+  std::size_t start = 0;
+  while (start <= connect.size()) {
+    auto end = connect.find(',', start);
+    if (end == std::string::npos) end = connect.size();
+    const std::string hp = connect.substr(start, end - start);
+    if (!hp.empty()) {
+      const auto colon = hp.rfind(':');
+      if (colon == std::string::npos) out.emplace_back(hp, "2181");
+      else out.emplace_back(hp.substr(0, colon), hp.substr(colon + 1));
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string srvr_field(const std::string& text, const std::string& key) {
+  const auto at = text.find(key + ": ");
+  if (at == std::string::npos) return {};
+  const auto begin = at + key.size() + 2;
+  auto end = text.find('\n', begin);
+  std::string v = text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+  if (key == "Zookeeper version") v = v.substr(0, v.find(','));
+  return v;
+}
+
+// Sequence suffix of an election node ("..._0000000003" or "n_0000000003").
+std::int64_t election_sequence(const std::string& name) {
+  std::size_t i = name.size();
+  while (i > 0 && std::isdigit(static_cast<unsigned char>(name[i - 1]))) --i;
+  if (i == name.size()) return INT64_MAX;
+  return std::stoll(name.substr(i, 18));
+}
+
+std::vector<Check> run_checks(const GlobalOptions& g, int& exit_status) {
+  std::vector<Check> checks;
+  const std::string root = resolve_path(g.root, "/");
+  const auto timeout = parse_duration(g.connect_timeout);
+
+  // 1. Each server answers srvr (needs 4lw.commands.whitelist to include srvr, the default).
+  for (const auto& [host, port] : servers_of(g.zk)) {
+    const auto answer = four_letter_word(host, port, "srvr", std::min(timeout, milliseconds(3000)));
+    Check c{"server " + host + ":" + port, "ok", ""};
+    if (!answer) {
+      c.status = "warn";
+      c.detail = "no answer to srvr (down, or srvr not in 4lw.commands.whitelist)";
+    } else if (answer->find("not currently serving") != std::string::npos) {
+      c.status = "fail";
+      c.detail = "not serving requests (no quorum?)";
+    } else {
+      c.detail = "version " + srvr_field(*answer, "Zookeeper version") + ", mode " + srvr_field(*answer, "Mode");
+    }
+    checks.push_back(std::move(c));
+  }
+
+  // 2. A session.
+  std::unique_ptr<Client> client;
+  const auto started = SteadyClock::now();
+  try {
+    client = connect(g);
+  } catch (const CliError& e) {
+    checks.push_back({"session", "fail", e.what()});
+    exit_status = e.exit_code();
+    return checks;
+  }
+  const auto took = std::chrono::duration_cast<milliseconds>(SteadyClock::now() - started);
+  checks.push_back({"session", "ok", "session " + session_hex(client->session_id()) + " established in " +
+                                         humanize_age(took)});
+
+  // 3. Negotiated session timeout.
+  {
+    const auto asked = client->options().session_timeout;
+    const auto got = client->negotiated_timeout();
+    Check c{"session timeout", "ok", "negotiated " + format_duration(got)};
+    if (got != asked) {
+      c.status = "warn";
+      c.detail += " (requested " + format_duration(asked) + "; the server's min/max session timeout bound it)";
+    }
+    checks.push_back(std::move(c));
+  }
+
+  // 4. Ensemble id (read only; the first lock creates it).
+  try {
+    const auto id = client->get_data("/zklock/ensemble-id");
+    if (id && is_uuid(*id)) checks.push_back({"ensemble id", "ok", *id});
+    else if (id) checks.push_back({"ensemble id", "fail", "/zklock/ensemble-id holds no UUID: '" + id->substr(0, 64) + "'"});
+    else checks.push_back({"ensemble id", "warn", "absent (created by the first lock taken)"});
+  } catch (const Error& e) {
+    checks.push_back({"ensemble id", "fail", e.what()});
+  }
+
+  // 5. Root, and 6. permissions on it (a probe node: create, then delete).
+  std::optional<Stat> root_stat;
+  try {
+    root_stat = client->stat(root);
+  } catch (const Error& e) {
+    checks.push_back({"root", "fail", e.what()});
+  }
+  if (root_stat) {
+    checks.push_back({"root", "ok", root + " exists (" + std::to_string(root_stat->num_children) + " children)"});
+    Check c{"acl", "ok", ""};
+    try {
+      (void)client->children(root);
+      const std::string probe = root + "/zklock-doctor-" + new_guid();
+      std::promise<Status> created, removed;
+      client->create(probe, "", CreateMode::ephemeral,
+                     [&created](Status s, const std::string&, const Stat&) { created.set_value(s); });
+      const Status cs = created.get_future().get();
+      if (!cs.ok()) {
+        c.status = "fail";
+        c.detail = "cannot create under " + root + ": " + cs.error("create").what();
+      } else {
+        client->remove(probe, -1, [&removed](Status s) { removed.set_value(s); });
+        const Status rs = removed.get_future().get();
+        if (!rs.ok()) {
+          c.status = "fail";
+          c.detail = "cannot delete under " + root + ": " + rs.error("delete").what();
+        } else {
+          c.detail = "read, create and delete allowed on " + root;
+        }
+      }
+    } catch (const Error& e) {
+      c.status = "fail";
+      c.detail = e.what();
+    }
+    checks.push_back(std::move(c));
+  } else if (std::none_of(checks.begin(), checks.end(), [](const Check& c) { return c.name == "root"; })) {
+    checks.push_back({"root", "warn", root + " absent (created by the first lock taken; ls shows it empty)"});
+    checks.push_back({"acl", "warn", "not checked: " + root + " absent"});
+  }
+
+  // 7. Detector leader: the lowest election node under /zklock/detector.
+  try {
+    auto names = client->children("/zklock/detector");
+    if (names.empty()) {
+      checks.push_back({"detector", "warn", "no zklock-detector running (no election nodes)"});
+    } else {
+      std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
+        return std::make_pair(election_sequence(a), a) < std::make_pair(election_sequence(b), b);
+      });
+      const auto data = client->get_data("/zklock/detector/" + names.front());
+      checks.push_back({"detector", "ok", "leader " + (data && !data->empty() ? *data : names.front()) + " (" +
+                                              std::to_string(names.size()) + " replica" +
+                                              (names.size() == 1 ? ")" : "s)")});
+    }
+  } catch (const Error& e) {
+    if (e.code() == Errc::no_node) checks.push_back({"detector", "warn", "no zklock-detector has ever run"});
+    else checks.push_back({"detector", "fail", e.what()});
+  }
+
+  if (std::any_of(checks.begin(), checks.end(), [](const Check& c) { return c.status == "fail"; })) {
+    exit_status = exit_code::failure;
+  }
+  return checks;
+}
+
+void run_doctor(Context& ctx) {
+  const auto& g = ctx.global;
+  int status = exit_code::ok;
+  const auto checks = run_checks(g, status);
+  if (g.json) {
+    nlohmann::json j{{"zk", g.zk}, {"ok", status == exit_code::ok}, {"checks", nlohmann::json::array()}};
+    for (const auto& c : checks) j["checks"].push_back({{"name", c.name}, {"status", c.status}, {"detail", c.detail}});
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  } else {
+    Table t({"CHECK", "STATUS", "DETAIL"});
+    for (const auto& c : checks) t.add_row({c.name, c.status, c.detail});
+    std::cout << t.render();
+  }
+  ctx.exit_status = status;
+}
+
+}  // namespace
+
+void set_doctor_command(CLI::App* app, Context& ctx) {
+  auto* sub = app->add_subcommand("doctor", "Check reachability, server version and mode, ensemble id, session timeout, "
+                                            "root, permissions and the detector leader");
+  sub->callback([&ctx] { run_doctor(ctx); });
+}
+
+}  // namespace zklock::cli

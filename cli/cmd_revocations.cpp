@@ -1,0 +1,102 @@
+// zklock revocations: the recent revocation records under
+// /zklock/revocations, newest first.
+#include <algorithm>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "zklock/revocation.hpp"
+
+namespace zklock::cli {
+namespace {
+
+struct RevocationsOptions {
+  std::size_t limit = 20;
+};
+
+void run_revocations(const GlobalOptions& g, const RevocationsOptions& o) {
+  auto client = connect(g);
+  const std::string dir(kRevocationsPath);
+  std::vector<std::string> names;
+  try {
+    names = client->children(dir);
+  } catch (const Error& e) {
+    if (e.code() != Errc::no_node) throw;  // none yet: empty
+  }
+  struct Entry {
+    std::string path;
+    RevocationRecord record;
+    bool valid;
+  };
+  std::vector<Entry> entries;
+  for (const auto& n : names) {
+    const std::string p = dir + "/" + n;
+    Stat stat;
+    const auto data = client->get_data(p, &stat);
+    if (!data) continue;  // pruned meanwhile
+    auto rec = decode_revocation_record(*data);
+    Entry e{p, rec.value_or(RevocationRecord{}), rec.has_value()};
+    if (!e.valid) e.record.time_ms = stat.ctime;
+    entries.push_back(std::move(e));
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    if (a.record.time_ms != b.record.time_ms) return a.record.time_ms > b.record.time_ms;
+    return a.path < b.path;
+  });
+  if (entries.size() > o.limit) entries.resize(o.limit);
+  const auto now = now_ms();
+
+  if (g.json) {
+    nlohmann::json j{{"revocations", nlohmann::json::array()}};
+    for (const auto& e : entries) {
+      const auto& r = e.record;
+      nlohmann::json cycle = nlohmann::json::array();
+      for (const auto& c : r.cycle) cycle.push_back({{"owner", c.owner}, {"lock", c.lock}, {"node", c.node}});
+      j["revocations"].push_back({{"record", e.path},
+                                  {"valid", e.valid},
+                                  {"victim_node", r.victim_node},
+                                  {"victim_owner", r.victim_owner},
+                                  {"victim_token", r.victim_token},
+                                  {"cycle", std::move(cycle)},
+                                  {"cycle_text", cycle_text(r)},
+                                  {"policy", r.policy},
+                                  {"mode", r.mode},
+                                  {"by", r.detector},
+                                  {"time_ms", r.time_ms},
+                                  {"reason", r.reason}});
+    }
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    return;
+  }
+  if (entries.empty()) {
+    std::cout << "no revocations\n";
+    return;
+  }
+  Table t({"WHEN", "VICTIM", "OWNER", "POLICY", "MODE", "BY", "CYCLE / REASON"});
+  for (const auto& e : entries) {
+    const auto& r = e.record;
+    if (!e.valid) {
+      t.add_row({humanize_age(std::chrono::milliseconds(now - r.time_ms)) + " ago", e.path, "-", "-", "-", "-",
+                 "(malformed record)"});
+      continue;
+    }
+    std::string why = cycle_text(r);
+    if (!r.reason.empty()) why = why.empty() ? r.reason : why + "; " + r.reason;
+    t.add_row({humanize_age(std::chrono::milliseconds(now - r.time_ms)) + " ago", r.victim_node, r.victim_owner,
+               r.policy, r.mode, r.detector, why.empty() ? "-" : why});
+  }
+  std::cout << t.render();
+}
+
+}  // namespace
+
+void set_revocations_command(CLI::App* app, Context& ctx) {
+  auto opts = std::make_shared<RevocationsOptions>();
+  auto* sub = app->add_subcommand("revocations", "List recent revocation records (victim, cycle, policy, when, by whom)");
+  sub->add_option("--limit", opts->limit, "Show at most this many, newest first")->capture_default_str();
+  sub->callback([&ctx, opts] { run_revocations(ctx.global, *opts); });
+}
+
+}  // namespace zklock::cli

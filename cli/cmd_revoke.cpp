@@ -1,0 +1,96 @@
+// zklock revoke NODE --reason TEXT: an operator's revocation, through the
+// same atomic record-and-delete as the detector (zklock/revocation.hpp).
+// The node's owner is told: a waiter's acquire fails as a deadlock victim,
+// a holder's lease is lost (revoked), both with the recorded reason.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/lock_tree.hpp"
+#include "zklock/revocation.hpp"
+
+namespace zklock::cli {
+namespace {
+
+struct RevokeOptions {
+  std::string node;
+  std::string reason;
+};
+
+// "zklock-cli:<user>@<host>": who revoked, as recorded.
+std::string operator_id() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  const char* user = std::getenv("USER");
+  return std::string("zklock-cli:") + (user != nullptr && *user != '\0' ? user : "unknown") + "@" + host;
+}
+
+void run_revoke(const GlobalOptions& g, const RevokeOptions& o) {
+  if (o.reason.empty()) throw CliError(exit_code::usage, "--reason must not be empty");
+  const std::string path = resolve_path(o.node, g.root);
+  const auto [lock, name] = split_path(path);
+  const auto parsed = parse_lock_node_name(name);
+  if (!parsed) throw CliError(exit_code::usage, path + " is not a zklock lock node (see 'zklock queue LOCK')");
+  auto client = connect(g);
+
+  Stat stat;
+  const auto data = client->get_data(path, &stat);
+  if (!data) throw CliError(exit_code::no_such, "no such node: " + path);
+  NodeView view;
+  view.name = name;
+  view.path = path;
+  view.parsed = parsed;
+  view.data = decode_node_data(*data);
+  view.stat = stat;
+
+  RevocationRequest req;
+  req.victims.push_back({path, owner_of(view), stat.czxid});
+  req.record.policy = "operator";
+  req.record.mode = "wait";
+  req.record.detector = operator_id();
+  req.record.time_ms = now_ms();
+  req.record.reason = o.reason;
+  const auto timeout = client->options().session_timeout + std::chrono::seconds(5);
+  const RevokeResult r = revoke(*client, req, timeout);
+
+  if (g.json) {
+    nlohmann::json j{{"outcome", revoke_outcome_name(r.outcome)},
+                     {"node", path},
+                     {"owner", req.victims.front().owner},
+                     {"records", r.records},
+                     {"detail", r.detail}};
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  switch (r.outcome) {
+    case RevokeOutcome::revoked:
+      if (!g.json) {
+        std::cout << "revoked " << path << " (owner " << req.victims.front().owner << "); record "
+                  << (r.records.empty() ? revocation_record_path(path) : r.records.front()) << "\n";
+      }
+      return;
+    case RevokeOutcome::aborted:
+      throw CliError(exit_code::no_such, "no such node: " + path + " (gone before it could be revoked)");
+    case RevokeOutcome::deposed:
+    case RevokeOutcome::failed:
+      break;
+  }
+  const int code = r.status.ok() ? exit_code::failure : exit_code_for(r.status.code());
+  throw CliError(code, "revoking " + path + " failed: " + r.detail);
+}
+
+}  // namespace
+
+void set_revoke_command(CLI::App* app, Context& ctx) {
+  auto opts = std::make_shared<RevokeOptions>();
+  auto* sub = app->add_subcommand("revoke", "Revoke a lock node (delete it atomically with a revocation record)");
+  sub->add_option("node", opts->node, "The node (absolute, or relative to --root: LOCK/NODE-NAME)")->required();
+  sub->add_option("--reason", opts->reason, "Why; recorded and shown to the node's owner")->required();
+  sub->callback([&ctx, opts] { run_revoke(ctx.global, *opts); });
+}
+
+}  // namespace zklock::cli

@@ -1,0 +1,180 @@
+#include "cli/lock_tree.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "zklock/error.hpp"
+
+namespace zklock::cli {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Collects the answers of pipelined gets. Shared with the callbacks, so an
+// answer arriving after the caller gave up touches only this object.
+struct GetBatch {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::size_t pending = 0;            // GUARDED_BY(mu)
+  std::vector<NodeView> nodes;        // GUARDED_BY(mu); index = request order
+  std::vector<bool> present;          // GUARDED_BY(mu)
+  std::optional<Status> failure;      // GUARDED_BY(mu): first error other than no_node
+};
+
+// Reads stat and data of `names` under `parent`. Vanished nodes are dropped.
+std::vector<NodeView> read_nodes(Client& client, const std::string& parent,
+                                 const std::vector<std::string>& names) {
+  auto batch = std::make_shared<GetBatch>();
+  batch->nodes.resize(names.size());
+  batch->present.assign(names.size(), false);
+  batch->pending = names.size();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    auto& n = batch->nodes[i];
+    n.name = names[i];
+    n.path = detector::node_path(parent, names[i]);
+    n.parsed = parse_lock_node_name(names[i]);
+    client.get(n.path, {}, [batch, i](Status st, std::string data, const Stat& stat) {
+      std::lock_guard lk(batch->mu);
+      if (st.ok()) {
+        batch->nodes[i].stat = stat;
+        batch->nodes[i].data = decode_node_data(data);
+        batch->present[i] = true;
+      } else if (!st.is(Errc::no_node) && !batch->failure) {
+        batch->failure = st;
+      }
+      if (--batch->pending == 0) batch->cv.notify_all();
+    });
+  }
+  // Every request is answered: by the server, or with connection loss once
+  // the client gives up on it. The bound only guards against a bug there.
+  const auto bound = client.options().session_timeout * 2 + std::chrono::seconds(5);
+  std::unique_lock lk(batch->mu);
+  if (!batch->cv.wait_for(lk, bound, [&] { return batch->pending == 0; })) {
+    throw Error(Errc::operation_timeout, "reading the children of " + parent + ": no answer");
+  }
+  if (batch->failure) throw batch->failure->error("reading the children of " + parent);
+  std::vector<NodeView> out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (batch->present[i]) out.push_back(std::move(batch->nodes[i]));
+  }
+  return out;
+}
+
+LockView build_lock(Client& client, const std::string& path, const std::vector<std::string>& children) {
+  LockView lock;
+  lock.path = path;
+  std::vector<std::string> ours;
+  for (const auto& c : children) {
+    if (parse_lock_node_name(c)) {
+      ours.push_back(c);
+    } else {
+      NodeView f;
+      f.name = c;
+      f.path = detector::node_path(path, c);
+      lock.foreign.push_back(std::move(f));
+    }
+  }
+  std::sort(lock.foreign.begin(), lock.foreign.end(),
+            [](const NodeView& a, const NodeView& b) { return a.name < b.name; });
+  auto nodes = read_nodes(client, path, ours);
+  // Grant order exactly as the detector (and the recipe) sees it.
+  std::vector<detector::QueueNode> order;
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    auto q = detector::queue_node_from_name(nodes[i].name);
+    q->czxid = nodes[i].stat.czxid;
+    order.push_back(std::move(*q));
+    index[nodes[i].name] = i;
+  }
+  detector::sort_queue(order);
+  for (const auto& q : order) lock.nodes.push_back(std::move(nodes[index[q.name]]));
+  return lock;
+}
+
+// A lock path is a node with zklock children, or an empty leaf (an idle lock
+// parent) — unless its parent is a lock: then it is a foreign child.
+void walk(Client& client, const std::string& path, bool is_root, bool parent_is_lock, int depth,
+          std::vector<LockView>& out) {
+  if (path == "/zookeeper" || path == "/zklock") return;
+  std::vector<std::string> children;
+  try {
+    children = client.children(path);
+  } catch (const Error& e) {
+    if (e.code() == Errc::no_node) return;  // gone since its parent was listed
+    throw;
+  }
+  std::sort(children.begin(), children.end());
+  const bool has_lock_nodes = std::any_of(children.begin(), children.end(),
+                                          [](const std::string& c) { return parse_lock_node_name(c).has_value(); });
+  if (has_lock_nodes || (children.empty() && !is_root && !parent_is_lock)) {
+    out.push_back(build_lock(client, path, children));
+  }
+  if (depth >= 64) return;  // deeper trees are not lock trees
+  for (const auto& c : children) {
+    if (parse_lock_node_name(c)) continue;  // ephemeral: no children
+    walk(client, detector::node_path(path, c), false, has_lock_nodes, depth + 1, out);
+  }
+}
+
+}  // namespace
+
+LockView read_lock(Client& client, const std::string& lock_path) {
+  auto children = client.children(lock_path);  // throws no_node
+  return build_lock(client, lock_path, children);
+}
+
+std::vector<LockView> read_tree(Client& client, const std::string& root) {
+  std::vector<LockView> out;
+  walk(client, root, true, false, 0, out);
+  std::sort(out.begin(), out.end(), [](const LockView& a, const LockView& b) { return a.path < b.path; });
+  return out;
+}
+
+detector::LockQueue to_queue(const LockView& lock) {
+  detector::LockQueue q;
+  q.path = lock.path;
+  for (const auto& n : lock.nodes) {
+    auto qn = detector::queue_node_from_name(n.name);
+    if (!qn) continue;
+    if (n.data) {
+      qn->owner = n.data->owner;
+      qn->priority = n.data->priority;
+    }
+    qn->czxid = n.stat.czxid;
+    qn->ctime_ms = n.stat.ctime;
+    q.nodes.push_back(std::move(*qn));
+  }
+  return q;
+}
+
+detector::WaitAnalysis analyze(const std::vector<LockView>& locks, milliseconds min_wait, std::int64_t now) {
+  std::vector<detector::LockQueue> queues;
+  queues.reserve(locks.size());
+  std::int64_t newest = 0;
+  for (const auto& l : locks) {
+    queues.push_back(to_queue(l));
+    for (const auto& n : l.nodes) newest = std::max(newest, n.stat.ctime);
+  }
+  detector::AnalyzeOptions opts;
+  // Ages come from the server's ctime; a client clock behind the server's
+  // must not make fresh waits look younger than zero and hide them.
+  opts.now_ms = std::max(now, newest);
+  opts.min_wait = min_wait;
+  return detector::analyze_queues(queues, opts);
+}
+
+std::string owner_of(const NodeView& node) {
+  if (node.data && node.parsed && owner_key(node.data->owner) == node.parsed->owner_key) return node.data->owner;
+  return node.parsed ? "owner-key:" + node.parsed->owner_key : std::string();
+}
+
+std::optional<std::string> read_ensemble_id(Client& client) {
+  auto id = client.get_data("/zklock/ensemble-id");
+  if (!id || id->empty()) return std::nullopt;
+  return id;
+}
+
+}  // namespace zklock::cli
