@@ -1,0 +1,222 @@
+// zklock::Client against a real ZooKeeper: connecting, states, validity,
+// leaks, bad input.
+#include "zklock/client.hpp"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <vector>
+
+#include "zk_harness.hpp"
+#include "zklock/token.hpp"
+
+namespace zklock {
+namespace {
+
+using test::ZkServer;
+using test::ZkServerOptions;
+
+int count_entries(const char* dir) {
+  int n = 0;
+  if (DIR* d = opendir(dir)) {
+    while (readdir(d) != nullptr) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+// Records connection states in order and lets a test wait for one.
+struct StateLog {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<ConnectionState> states;
+  void attach(Client& c) {
+    c.add_listener([this](ConnectionState s) {
+      std::lock_guard lk(mu);
+      states.push_back(s);
+      cv.notify_all();
+    });
+  }
+  bool wait_for(ConnectionState s, std::chrono::milliseconds timeout) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, timeout, [&] { return std::find(states.begin(), states.end(), s) != states.end(); });
+  }
+  void clear() {
+    std::lock_guard lk(mu);
+    states.clear();
+  }
+};
+
+TEST(Client, ConnectsAndReportsSession) {
+  Client c({.connect = test::shared_server().connect_string(), .session_timeout = 4s});
+  EXPECT_TRUE(c.connected());
+  EXPECT_NE(c.session_id(), 0);
+  EXPECT_EQ(c.session_epoch(), 1u);
+  EXPECT_GT(c.negotiated_timeout(), 0ms);
+  EXPECT_GT(c.valid_until(), Clock::now());
+  EXPECT_LE(c.valid_until(), Clock::now() + c.negotiated_timeout());
+  const auto id = c.ensemble_id();
+  EXPECT_TRUE(is_uuid(id)) << id;
+  Client other({.connect = test::shared_server().connect_string()});
+  EXPECT_EQ(other.ensemble_id(), id);  // read, not re-created
+}
+
+TEST(Client, SyncConveniencesAndErrors) {
+  Client c({.connect = test::shared_server().connect_string()});
+  const auto base = test::unique_path("client");
+  c.ensure_path(base + "/a/b", CreateMode::persistent);
+  EXPECT_TRUE(c.stat(base + "/a/b"));
+  EXPECT_FALSE(c.get_data(base + "/missing"));
+  EXPECT_EQ(c.children(base), std::vector<std::string>{"a"});
+  try {
+    c.children(base + "/missing");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::no_node);
+    EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos);
+  }
+}
+
+TEST(Client, MalformedConnectStringIsRejectedUpFront) {
+  for (const char* bad : {"", "localhost", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:12a", ",127.0.0.1:2181",
+                          "host name:2181", "127.0.0.1:2181/bad//chroot"}) {
+    try {
+      Client c({.connect = bad, .connect_timeout = 1s});
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::invalid_argument) << bad;
+      EXPECT_NE(std::string(e.what()).find("connect string"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Client, UnreachableServerFailsWithinTheConnectTimeout) {
+  const int port = test::free_loopback_port();  // nothing listens there
+  const auto start = Clock::now();
+  try {
+    Client c({.connect = "127.0.0.1:" + std::to_string(port), .connect_timeout = 1500ms});
+    FAIL() << "connected to a closed port";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::connect_timeout);
+    EXPECT_NE(std::string(e.what()).find("could not connect"), std::string::npos);
+  }
+  const auto took = Clock::now() - start;
+  EXPECT_GE(took, 1400ms);
+  EXPECT_LT(took, 4s);
+}
+
+TEST(Client, ConnectCloseCyclesLeakNoThreadsOrDescriptors) {
+  const auto connect = test::shared_server().connect_string();
+  { Client warmup({.connect = connect}); }
+  const int fds_before = count_entries("/proc/self/fd");
+  const int threads_before = count_entries("/proc/self/task");
+  for (int i = 0; i < 500; ++i) {
+    Client c({.connect = connect, .session_timeout = 4s});
+    ASSERT_TRUE(c.connected());
+  }
+  const int fds_after = count_entries("/proc/self/fd");
+  const int threads_after = count_entries("/proc/self/task");
+  std::printf("500 connect/close cycles: fds %d -> %d, threads %d -> %d\n", fds_before, fds_after, threads_before,
+              threads_after);
+  EXPECT_EQ(fds_after, fds_before);
+  EXPECT_EQ(threads_after, threads_before);
+}
+
+TEST(Client, DestroyWithPendingOperationsAndWatchesIsSafe) {
+  const auto base = test::unique_path("pending");
+  std::atomic<int> completions{0};
+  {
+    Client c({.connect = test::shared_server().connect_string()});
+    c.ensure_path(base, CreateMode::persistent);
+    for (int i = 0; i < 200; ++i) {
+      c.exists(base + "/never", [](const WatchEvent&) {}, [&](Status, const Stat&) { ++completions; });
+      c.get_children(base, [](const WatchEvent&) {}, [&](Status, std::vector<std::string>) { ++completions; });
+    }
+  }
+  EXPECT_EQ(completions.load(), 400);  // every callback ran once, answered or ZCLOSING
+}
+
+// A dedicated server: these tests stop, restart and freeze it.
+class ClientFailover : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<ZkServer>(ZkServerOptions{.tick = std::chrono::milliseconds(200)});
+    server_->start();
+  }
+  std::unique_ptr<ZkServer> server_;
+};
+
+TEST_F(ClientFailover, StopAndRestartWithinTimeoutReconnectsTheSameSession) {
+  Client c({.connect = server_->connect_string(), .session_timeout = 4s});
+  StateLog log;
+  log.attach(c);
+  const auto sid = c.session_id();
+  c.create("/eph", "", CreateMode::ephemeral, [](Status, const std::string&, const Stat&) {});
+  ASSERT_TRUE(c.stat("/eph"));
+
+  const auto stopped = Clock::now();
+  server_->stop();
+  ASSERT_TRUE(log.wait_for(ConnectionState::suspended, 2s));
+  const auto detect = Clock::now() - stopped;
+  std::printf("suspended %lld ms after the server stopped (tick 200 ms)\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(detect).count()));
+  EXPECT_LT(detect, 400ms + 5s /* stop() itself waits for the JVM to exit */);
+  server_->start();
+  ASSERT_TRUE(log.wait_for(ConnectionState::reconnected, 10s));
+  EXPECT_EQ(c.session_id(), sid);
+  EXPECT_EQ(c.session_epoch(), 1u);
+  EXPECT_TRUE(c.stat("/eph"));  // the ephemeral node survived with its session
+}
+
+TEST_F(ClientFailover, DownPastTheTimeoutIsLostThenANewSession) {
+  Client c({.connect = server_->connect_string(), .session_timeout = 1s});
+  StateLog log;
+  log.attach(c);
+  const auto sid = c.session_id();
+  c.create("/eph2", "", CreateMode::ephemeral, [](Status, const std::string&, const Stat&) {});
+  ASSERT_TRUE(c.stat("/eph2"));
+  server_->stop();
+  ASSERT_TRUE(log.wait_for(ConnectionState::suspended, 2s));
+  // Keep it down well past the session timeout; the server expires the
+  // session when it comes back (its clock restarts with the session table).
+  const auto deadline = Clock::now() + 1500ms;
+  while (Clock::now() < deadline && c.valid_until() > Clock::now()) std::this_thread::sleep_for(20ms);
+  EXPECT_LE(c.valid_until(), Clock::now());
+  server_->start();
+  ASSERT_TRUE(log.wait_for(ConnectionState::lost, 15s));
+  ASSERT_TRUE(log.wait_for(ConnectionState::connected, 15s));
+  EXPECT_TRUE(c.wait_connected(5s));
+  EXPECT_NE(c.session_id(), sid);
+  EXPECT_EQ(c.session_epoch(), 2u);
+  EXPECT_FALSE(c.stat("/eph2"));
+}
+
+TEST_F(ClientFailover, FrozenServerRunsOutTheValidityBoundBeforeTheSessionIsLost) {
+  Client c({.connect = server_->connect_string(), .session_timeout = 2s});
+  StateLog log;
+  log.attach(c);
+  const auto timeout = c.negotiated_timeout();
+  server_->pause();
+  const auto frozen = Clock::now();
+  // No answers: valid_until() stops advancing and passes within the timeout.
+  while (Clock::now() < c.valid_until() && Clock::now() - frozen < 3 * timeout) {
+    std::this_thread::sleep_for(10ms);
+  }
+  const auto passed = Clock::now() - frozen;
+  std::printf("valid_until passed %lld ms after the freeze (timeout %lld ms)\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(passed).count()),
+              static_cast<long long>(timeout.count()));
+  EXPECT_LE(passed, timeout + 50ms);
+  {
+    std::lock_guard lk(log.mu);
+    EXPECT_EQ(std::count(log.states.begin(), log.states.end(), ConnectionState::lost), 0);
+  }
+  server_->resume();
+  EXPECT_TRUE(c.wait_connected(15s));
+}
+
+}  // namespace
+}  // namespace zklock

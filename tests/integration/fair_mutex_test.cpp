@@ -1,0 +1,239 @@
+// FairMutex against a real ZooKeeper: grant, FIFO, tokens, cancellation,
+// loss, async scale.
+#include "zklock/fair_mutex.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "zk_harness.hpp"
+#include "zklock/node_data.hpp"
+
+namespace zklock {
+namespace {
+
+std::string lock_path(const char* name) { return "/locks" + test::unique_path(name); }
+
+ClientOptions shared_opts() { return {.connect = test::shared_server().connect_string(), .session_timeout = 4s}; }
+
+// Bounded wait for a condition polled from the test thread.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout = 10s) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+TEST(FairMutex, UncontendedAcquireAndRelease) {
+  Client c(shared_opts());
+  const auto path = lock_path("uncontended");
+  FairMutex m(c, path);
+  FencingToken first;
+  {
+    Lease l = m.acquire();
+    ASSERT_TRUE(l);
+    EXPECT_TRUE(l.valid());
+    EXPECT_FALSE(l.suspended());
+    EXPECT_EQ(l.lock_path(), path);
+    EXPECT_EQ(l.token().ensemble_id(), c.ensemble_id());
+    const auto name = split_path(l.node_path()).second;
+    auto parsed = parse_lock_node_name(name);
+    ASSERT_TRUE(parsed);
+    EXPECT_EQ(parsed->mode, Mode::exclusive);
+    EXPECT_EQ(parsed->owner_key, owner_key(l.owner()));
+    auto data = c.get_data(l.node_path());
+    ASSERT_TRUE(data);
+    auto nd = decode_node_data(*data);
+    ASSERT_TRUE(nd);
+    EXPECT_EQ(nd->owner, l.owner());
+    first = l.token();
+    l.release();
+    l.release();  // idempotent
+    EXPECT_FALSE(l.valid());
+    EXPECT_TRUE(c.children(path).empty());
+    EXPECT_EQ(c.get_data(path).value_or(""), name);  // the hand-off marker
+  }
+  Lease again = m.acquire();
+  EXPECT_TRUE(again.token() > first);
+}
+
+TEST(FairMutex, SameOwnerTwiceWouldDeadlock) {
+  Client c(shared_opts());
+  FairMutex m(c, lock_path("reentry"));
+  Lease l = m.acquire({.owner = "job-1"});
+  try {
+    m.acquire({.owner = "job-1"});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::would_deadlock);
+    EXPECT_NE(std::string(e.what()).find("job-1"), std::string::npos);
+  }
+  l.release();
+  Lease l2 = m.acquire({.owner = "job-1"});  // free again after release
+  EXPECT_TRUE(l2.valid());
+}
+
+TEST(FairMutex, TryAcquireForTimesOutAndLeavesNoNode) {
+  Client c(shared_opts());
+  const auto path = lock_path("timeout");
+  FairMutex m(c, path);
+  Lease holder = m.acquire({.owner = "holder"});
+  const auto start = Clock::now();
+  auto r = m.try_acquire_for(300ms, {.owner = "waiter"});
+  EXPECT_FALSE(r);
+  EXPECT_GE(Clock::now() - start, 290ms);
+  EXPECT_TRUE(eventually([&] { return c.children(path).size() == 1; }));
+}
+
+TEST(FairMutex, StopTokenCancelsAndLeavesNoNode) {
+  Client c(shared_opts());
+  const auto path = lock_path("cancel");
+  FairMutex m(c, path);
+  Lease holder = m.acquire({.owner = "holder"});
+  std::stop_source stop;
+  auto waiter = std::async(std::launch::async, [&] { return m.acquire(stop.get_token(), {.owner = "waiter"}); });
+  ASSERT_TRUE(eventually([&] { return c.children(path).size() == 2; }));
+  stop.request_stop();
+  try {
+    waiter.get();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::cancelled);
+  }
+  EXPECT_TRUE(eventually([&] { return c.children(path).size() == 1; }));
+}
+
+TEST(FairMutex, GrantsInArrivalOrderWithIncreasingTokens) {
+  Client c(shared_opts());
+  const auto path = lock_path("fifo");
+  FairMutex m(c, path);
+  Lease holder = m.acquire({.owner = "holder"});
+  constexpr int kWaiters = 8;
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<FencingToken> tokens;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWaiters; ++i) {
+    threads.emplace_back([&, i] {
+      Lease l = m.acquire({.owner = "w" + std::to_string(i)});
+      std::lock_guard lk(mu);
+      order.push_back(i);
+      tokens.push_back(l.token());
+    });
+    // Queue them one by one so arrival order is known.
+    ASSERT_TRUE(eventually([&] { return c.children(path).size() == static_cast<std::size_t>(i + 2); }));
+  }
+  holder.release();
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(order.size(), static_cast<std::size_t>(kWaiters));
+  for (int i = 0; i < kWaiters; ++i) EXPECT_EQ(order[i], i);
+  for (int i = 1; i < kWaiters; ++i) EXPECT_TRUE(tokens[i - 1] < tokens[i]);
+}
+
+TEST(FairMutex, TokensIncreaseAcrossParentDeletionAndRecreation) {
+  Client c(shared_opts());
+  const auto path = lock_path("recreate");
+  FairMutex m(c, path);
+  FencingToken before;
+  {
+    Lease l = m.acquire();
+    before = l.token();
+  }
+  // Delete the (now empty) container parent, as the server's reaper would.
+  std::promise<Status> p;
+  c.remove(path, -1, [&](Status st) { p.set_value(st); });
+  ASSERT_TRUE(p.get_future().get().ok());
+  Lease l = m.acquire();
+  EXPECT_EQ(l.token().sequence(), 0);  // the suffix restarted...
+  EXPECT_TRUE(l.token() > before);     // ...the czxid did not
+}
+
+TEST(FairMutex, ExternalDeletionIsReportedAsRevoked) {
+  Client c(shared_opts());
+  Client other(shared_opts());
+  FairMutex m(c, lock_path("revoked"));
+  Lease l = m.acquire();
+  std::promise<std::pair<LossReason, std::string>> lost;
+  l.on_lost([&](LossReason r, const std::string& d) { lost.set_value({r, d}); });
+  const auto deleted = Clock::now();
+  other.remove(l.node_path(), -1, [](Status) {});
+  auto f = lost.get_future();
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  const auto took = Clock::now() - deleted;
+  EXPECT_EQ(f.get().first, LossReason::revoked);
+  EXPECT_TRUE(l.lost_token().stop_requested());
+  EXPECT_FALSE(l.valid());
+  std::printf("revocation noticed in %lld us\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(took).count()));
+}
+
+TEST(FairMutex, WaiterWhoseNodeIsRevokedFailsAsDeadlockVictim) {
+  Client c(shared_opts());
+  Client other(shared_opts());
+  const auto path = lock_path("victim");
+  FairMutex m(c, path);
+  Lease holder = m.acquire({.owner = "holder"});
+  auto waiter = std::async(std::launch::async, [&] { return m.acquire({.owner = "waiter"}); });
+  std::string waiting_node;
+  ASSERT_TRUE(eventually([&] {
+    auto kids = c.children(path);
+    for (auto& k : kids) {
+      auto n = parse_lock_node_name(k);
+      if (n && n->owner_key == owner_key("waiter")) waiting_node = path + "/" + k;
+    }
+    return !waiting_node.empty();
+  }));
+  other.remove(waiting_node, -1, [](Status) {});
+  try {
+    waiter.get();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::deadlock_victim);
+  }
+}
+
+TEST(FairMutex, AsyncTenThousandWaitersOnOneSession) {
+  Client c(shared_opts());
+  const auto path = lock_path("async");
+  FairMutex m(c, path);
+  constexpr int kWaiters = 10000;
+  std::atomic<int> granted{0}, failed{0};
+  std::atomic<int> inside{0}, overlaps{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  const auto start = Clock::now();
+  for (int i = 0; i < kWaiters; ++i) {
+    m.acquire_async(
+        [&](AcquireResult r) {
+          if (r.error) {
+            ++failed;
+          } else {
+            if (inside.fetch_add(1) != 0) ++overlaps;
+            inside.fetch_sub(1);
+            r.lease.release();
+            ++granted;
+          }
+          std::lock_guard lk(mu);
+          cv.notify_all();
+        },
+        {.owner = "task-" + std::to_string(i)});
+  }
+  std::unique_lock lk(mu);
+  ASSERT_TRUE(cv.wait_for(lk, 240s, [&] { return granted + failed == kWaiters; }))
+      << granted << " granted, " << failed << " failed";
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(overlaps.load(), 0);
+  std::printf("10000 async waiters on one session drained in %.2f s\n",
+              std::chrono::duration<double>(Clock::now() - start).count());
+  EXPECT_TRUE(c.children(path).empty());
+}
+
+}  // namespace
+}  // namespace zklock
