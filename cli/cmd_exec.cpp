@@ -35,6 +35,7 @@
 
 #include "cli/commands.hpp"
 #include "zklock/fair_mutex.hpp"
+#include "zklock/revocation.hpp"
 
 extern char** environ;
 
@@ -172,6 +173,20 @@ int status_of(int wstatus) {
   return exit_code::failure;
 }
 
+// The deadlock-victim error's explanation in one line. The library's message
+// may embed the raw revocation record (JSON); then it is rendered with
+// revocation_message() so the line carries the cycle as text.
+std::string victim_detail(const Error& e) {
+  const std::string what = e.what();
+  const auto brace = what.find('{');
+  if (brace != std::string::npos) {
+    if (auto record = decode_revocation_record(std::string_view(what).substr(brace))) {
+      return revocation_message(*record);
+    }
+  }
+  return what;
+}
+
 bool is_forwarded(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP; }
 
 int run_exec(const GlobalOptions& g, const ExecOptions& o) {
@@ -246,7 +261,7 @@ int run_exec(const GlobalOptions& g, const ExecOptions& o) {
         throw CliError(exit_code::timeout,
                        "timed out after " + format_duration(*timeout) + " waiting for " + lock_path);
       case Errc::deadlock_victim:
-        throw CliError(exit_code::deadlock_victim, "deadlock victim waiting for " + lock_path + ": " + e.what());
+        throw CliError(exit_code::deadlock_victim, "deadlock victim waiting for " + lock_path + ": " + victim_detail(e));
       default:
         throw e;
     }

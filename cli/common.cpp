@@ -70,8 +70,8 @@ void add_global_options(CLI::App& app, GlobalOptions& g) {
       ->capture_default_str();
   app.add_option("--session-timeout", g.session_timeout, "Requested ZooKeeper session timeout")
       ->capture_default_str();
-  app.add_option("--digest", g.digest, "Digest credentials USER:PASSWORD")
-      ->envname("ZKLOCK_DIGEST");
+  app.add_option("--auth,--digest", g.digest, "Digest credentials USER:PASSWORD (as zklock-detector's --auth)")
+      ->envname("ZKLOCK_AUTH");
   app.add_flag("-v,--verbose", g.verbose, "Log the library's and the ZooKeeper client's messages on stderr");
 }
 
@@ -252,7 +252,7 @@ ClientOptions client_options(const GlobalOptions& g) {
   if (!g.digest.empty()) {
     const auto colon = g.digest.find(':');
     if (colon == std::string::npos || colon == 0) {
-      throw CliError(exit_code::usage, "--digest must be USER:PASSWORD");
+      throw CliError(exit_code::usage, "--auth must be USER:PASSWORD");
     }
     o.credentials = DigestCredentials{g.digest.substr(0, colon), g.digest.substr(colon + 1)};
   }

@@ -66,7 +66,7 @@ struct GlobalOptions {
   bool json = false;                  // --json
   std::string connect_timeout = "5s";
   std::string session_timeout = "10s";
-  std::string digest;                 // --digest USER:PASSWORD, env ZKLOCK_DIGEST
+  std::string digest;                 // --auth (alias --digest) USER:PASSWORD, env ZKLOCK_AUTH
   bool verbose = false;               // -v: library logs on stderr
 };
 

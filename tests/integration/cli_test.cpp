@@ -515,6 +515,24 @@ TEST_F(CliTest, ExecForwardsSignalsToCmd) {
   EXPECT_TRUE(st->exited() && st->exit_code() == 7) << st->describe();
 }
 
+TEST_F(CliTest, ExecSignalWhileWaitingCancelsTheWait) {
+  const auto gate = dir_ / "gate";
+  auto& holder = exec_background("cancel", "echo held; " + wait_gate(gate));
+  ASSERT_TRUE(holder.read_until("held", 20s));
+  auto& waiter = exec_background("cancel", "echo ran");
+  ASSERT_TRUE(wait_queue_size("cancel", 2));
+  const auto start = Clock::now();
+  ::kill(waiter.pid(), SIGINT);
+  const auto st = waiter.wait_exit(10s);
+  ASSERT_TRUE(st);
+  EXPECT_TRUE(st->exited() && st->exit_code() == 128 + SIGINT) << st->describe();
+  EXPECT_LT(Clock::now() - start, 2s) << "the cancelled wait must end promptly";
+  EXPECT_FALSE(waiter.read_line(100ms)) << "CMD must not run";
+  EXPECT_TRUE(wait_queue_size("cancel", 1)) << "the cancelled wait must leave no node";
+  open_gate(gate);
+  ASSERT_TRUE(holder.wait_exit(20s));
+}
+
 TEST_F(CliTest, ExecTimeoutExits75) {
   const auto gate = dir_ / "gate";
   auto& holder = exec_background("busy", "echo held; " + wait_gate(gate));
@@ -658,6 +676,61 @@ TEST_F(CliTest, CrossOrderNestedExecsFormACycleThatRevokeBreaks) {
   r = zklock({"cycles"});
   EXPECT_NE(r.out.find("no cycles"), std::string::npos) << r.out;
 }
+
+#ifdef ZKLOCK_DETECTOR_BINARY
+// The same cross-order pair with zklock-detector running: it breaks the
+// cycle by itself, one tree exits 73 with the cycle in its message, the
+// other completes.
+TEST_F(CliTest, DetectorMakesOneNestedExecADeadlockVictim) {
+  zklock::test::SpawnOptions so;
+  so.argv = {ZKLOCK_DETECTOR_BINARY, "--zk", zk_, "--root", root_, "--min-wait", "300ms", "--interval", "200ms",
+             "--metrics-port", "0", "--session-timeout", "4s", "--id", "cli-test-detector"};
+  so.capture_stdout = false;
+  children_.push_back(std::make_unique<ChildProcess>(ChildProcess::spawn(so)));
+  auto& detector = *children_.back();
+
+  const auto gate = dir_ / "gate";
+  auto nested = [&](const std::string& first, const std::string& second, const std::string& who) {
+    return "echo held-" + first + "; " + wait_gate(gate) + "; \"$ZKLOCK_BIN\" exec " + second +
+           " -- sh -c 'echo inner-ran' 2> '" + (dir_ / (who + ".err")).string() + "'";
+  };
+  auto& alice = exec_background("X", nested("X", "Y", "alice"), {}, {{"ZKLOCK_OWNER", "alice"}});
+  auto& bob = exec_background("Y", nested("Y", "X", "bob"), {}, {{"ZKLOCK_OWNER", "bob"}});
+  ASSERT_TRUE(alice.read_until("held-X", 20s));
+  ASSERT_TRUE(bob.read_until("held-Y", 20s));
+  const auto started = Clock::now();
+  open_gate(gate);
+
+  const auto a = alice.wait_exit(30s);
+  const auto b = bob.wait_exit(30s);
+  ASSERT_TRUE(a && b) << "the deadlock was not broken";
+  std::cout << "[ figures  ] cycle broken and both trees done in "
+            << std::chrono::duration_cast<milliseconds>(Clock::now() - started).count() << " ms\n";
+  ASSERT_TRUE(a->exited() && b->exited()) << a->describe() << " / " << b->describe();
+  const bool alice_victim = a->exit_code() == 73;
+  EXPECT_NE(a->exit_code() == 73, b->exit_code() == 73) << "exactly one victim: " << a->describe() << " / "
+                                                       << b->describe();
+  EXPECT_EQ((alice_victim ? b : a)->exit_code(), 0);
+  const auto err = read_file(dir_ / (alice_victim ? "alice.err" : "bob.err"));
+  EXPECT_EQ(lines_of(err).size(), 1u) << err;
+  EXPECT_NE(err.find("deadlock victim"), std::string::npos) << err;
+  EXPECT_NE(err.find("alice -[" + root_ + "/Y]-> bob -[" + root_ + "/X]-> alice"), std::string::npos) << err;
+
+  const auto r = zklock({"revocations", "--json", "--limit", "1000"});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  bool found = false;
+  const auto list = json::parse(r.out);
+  for (const auto& e : list["revocations"]) {
+    if (e["by"] == "cli-test-detector" && e["victim_node"].get<std::string>().starts_with(root_ + "/")) {
+      found = true;
+      EXPECT_EQ(e["victim_owner"], alice_victim ? "alice" : "bob");
+      EXPECT_EQ(e["cycle"].size(), 2u);
+    }
+  }
+  EXPECT_TRUE(found) << r.out;
+  detector.terminate(5s);
+}
+#endif
 
 TEST_F(CliTest, RevokeRefusesNodesThatAreNotLockNodes) {
   auto handle = zklock::test::ZkHandle::connect(zk_);
