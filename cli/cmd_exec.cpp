@@ -173,19 +173,20 @@ int status_of(int wstatus) {
   return exit_code::failure;
 }
 
-// The deadlock-victim error's explanation in one line. The library's message
-// may embed the raw revocation record (JSON); then it is rendered with
-// revocation_message() so the line carries the cycle as text.
-std::string victim_detail(const Error& e) {
-  const std::string what = e.what();
-  const auto brace = what.find('{');
+// A revocation explained in one line. The library's text may embed the raw
+// revocation record (JSON); then it is rendered with revocation_message() so
+// the line carries the cycle (or the operator's reason) as text.
+std::string readable_detail(const std::string& text) {
+  const auto brace = text.find('{');
   if (brace != std::string::npos) {
-    if (auto record = decode_revocation_record(std::string_view(what).substr(brace))) {
+    if (auto record = decode_revocation_record(std::string_view(text).substr(brace))) {
       return revocation_message(*record);
     }
   }
-  return what;
+  return text;
 }
+
+std::string victim_detail(const Error& e) { return readable_detail(e.what()); }
 
 bool is_forwarded(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP; }
 
@@ -278,7 +279,8 @@ int run_exec(const GlobalOptions& g, const ExecOptions& o) {
       std::lock_guard lk(st->mu);
       st->lost = true;
       const std::string name(loss_reason_name(reason));
-      st->loss = detail.empty() ? name : detail.starts_with(name) ? detail : name + ": " + detail;
+      const std::string text = readable_detail(detail);
+      st->loss = text.empty() ? name : text.starts_with(name) ? text : name + ": " + text;
     }
     st->notify();
   });
