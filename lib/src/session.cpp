@@ -23,12 +23,35 @@ void zk_log_callback(const char* message) noexcept {
   try {
     auto logger = zk_c_logger();
     if (!logger) logger = spdlog::default_logger();
-    // Messages look like "...:ZOO_WARN@func@123: text".
+    // Messages look like "<time>:<pid>(<thread>):ZOO_WARN@func@123: text";
+    // spdlog adds its own time, so keep the part from "ZOO_".
+    const char* body = std::strstr(message, "ZOO_");
+    std::string_view text = body ? body : message;
     spdlog::level::level_enum level = spdlog::level::debug;
-    if (std::strstr(message, "ZOO_ERROR")) level = spdlog::level::err;
-    else if (std::strstr(message, "ZOO_WARN")) level = spdlog::level::warn;
-    else if (std::strstr(message, "ZOO_INFO")) level = spdlog::level::info;
-    logger->log(level, "zk: {}", message);
+    if (text.starts_with("ZOO_ERROR")) level = spdlog::level::err;
+    else if (text.starts_with("ZOO_WARN")) level = spdlog::level::warn;
+    else if (text.starts_with("ZOO_INFO")) level = spdlog::level::info;
+    // While a server is down the C client retries every few milliseconds and
+    // says the same thing each time: log a repeated line at most once a second.
+    static std::mutex mu;
+    static std::string last;
+    static Clock::time_point last_at;
+    static int repeats = 0;
+    {
+      std::lock_guard lk(mu);
+      const auto now = Clock::now();
+      const auto at = text.find(": ");
+      const std::string_view key = at == std::string_view::npos ? text : text.substr(at);
+      if (key == last && now - last_at < 1s) {
+        ++repeats;
+        return;
+      }
+      if (repeats > 0) logger->log(level, "zk: (previous message repeated {} times)", repeats);
+      repeats = 0;
+      last.assign(key);
+      last_at = now;
+    }
+    logger->log(level, "zk: {}", text);
   } catch (...) {
   }
 }
@@ -256,6 +279,13 @@ void Client::Impl::on_session_event(Handle* h, int zstate) {
   } else {
     return;
   }
+  // Snapshot listeners before waking the constructor: a listener added after
+  // Client() returns must not hear about the session it connected with.
+  std::vector<std::function<void(ConnectionState)>> ls;
+  if (public_state) {
+    std::lock_guard lk(mu_);
+    for (auto& [id, fn] : listeners_) ls.push_back(fn);
+  }
   state_cv_.notify_all();
   if (ev == SessionEvent::suspended) {
     log->warn("zookeeper connection lost; session 0x{:x} valid for {} ms more at most", session_id(),
@@ -265,11 +295,6 @@ void Client::Impl::on_session_event(Handle* h, int zstate) {
   }
   emit(ev, h->epoch);
   if (public_state) {
-    std::vector<std::function<void(ConnectionState)>> ls;
-    {
-      std::lock_guard lk(mu_);
-      for (auto& [id, fn] : listeners_) ls.push_back(fn);
-    }
     for (auto& fn : ls) post_user([fn, s = *public_state] { fn(s); });
   }
 }

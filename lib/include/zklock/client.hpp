@@ -114,7 +114,7 @@ struct WatchEvent {
   std::string path;
 };
 // A one-shot watch, delivered once to exactly the caller that set it. Session
-// events are not delivered to it (use listeners).
+// events are not delivered to it (use listeners). An empty Watcher sets no watch.
 using Watcher = std::function<void(const WatchEvent&)>;
 
 // One operation of a multi().
@@ -160,6 +160,8 @@ class Client {
   // Blocks until connected (or the deadline). Returns whether connected.
   bool wait_connected(std::chrono::milliseconds timeout) const;
 
+  // Listeners hear about state changes after they were added (not the
+  // session the constructor established), on the callback thread, in order.
   using ListenerId = std::uint64_t;
   ListenerId add_listener(std::function<void(ConnectionState)> listener);
   void remove_listener(ListenerId id);
