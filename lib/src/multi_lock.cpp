@@ -1,0 +1,191 @@
+// MultiLock: members taken one by one, in path order, through the one
+// recipe core; a failure unwinds what was taken.
+#include "zklock/multi_lock.hpp"
+
+#include <algorithm>
+#include <mutex>
+
+#include "lock_attempt.hpp"
+
+namespace zklock {
+
+// Shared with every member's on_lost callback, so a member loss reported
+// after the MultiLease moved or died finds live state.
+struct MultiLease::State {
+  Client* client = nullptr;
+  std::mutex mu;
+  bool released = false;                   // GUARDED_BY(mu)
+  std::optional<std::string> lost_path;    // GUARDED_BY(mu); set once
+  LossReason reason = LossReason::revoked; // GUARDED_BY(mu)
+  std::string detail;                      // GUARDED_BY(mu)
+  std::vector<LostCallback> callbacks;     // GUARDED_BY(mu)
+  std::stop_source lost_source;
+
+  // On the callback thread, from a member's on_lost. Fires the set once.
+  void member_lost(const std::string& path, LossReason r, const std::string& d) {
+    std::vector<LostCallback> cbs;
+    {
+      std::lock_guard lk(mu);
+      if (released || lost_path) return;
+      lost_path = path;
+      reason = r;
+      detail = d;
+      cbs = std::move(callbacks);
+      callbacks.clear();
+    }
+    lost_source.request_stop();
+    for (auto& cb : cbs) cb(path, r, d);
+  }
+};
+
+MultiLease::MultiLease(Client& client, std::vector<Lease> leases)
+    : leases_(std::move(leases)), state_(std::make_shared<State>()) {
+  state_->client = &client;
+  for (auto& l : leases_) {
+    l.on_lost([state = state_, path = l.lock_path()](LossReason r, const std::string& d) {
+      state->member_lost(path, r, d);
+    });
+  }
+}
+
+MultiLease& MultiLease::operator=(MultiLease&& other) noexcept {
+  if (this != &other) {
+    release();
+    leases_ = std::move(other.leases_);
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+MultiLease::~MultiLease() { release(); }
+
+const Lease& MultiLease::lease(std::string_view lock_path) const {
+  for (const auto& l : leases_) {
+    if (l.lock_path() == lock_path) return l;
+  }
+  throw Error(Errc::invalid_argument, "'" + std::string(lock_path) + "' is not a member of this MultiLease");
+}
+
+bool MultiLease::valid() const {
+  if (!state_) return false;
+  {
+    std::lock_guard lk(state_->mu);
+    if (state_->released || state_->lost_path) return false;
+  }
+  return std::all_of(leases_.begin(), leases_.end(), [](const Lease& l) { return l.valid(); });
+}
+
+std::optional<LossReason> MultiLease::loss_reason() const {
+  if (!state_) return std::nullopt;
+  std::lock_guard lk(state_->mu);
+  if (!state_->lost_path) return std::nullopt;
+  return state_->reason;
+}
+
+std::string MultiLease::loss_detail() const {
+  if (!state_) return {};
+  std::lock_guard lk(state_->mu);
+  return state_->lost_path ? *state_->lost_path + ": " + state_->detail : std::string();
+}
+
+void MultiLease::on_lost(LostCallback cb) {
+  if (!state_) return;
+  std::lock_guard lk(state_->mu);
+  if (state_->lost_path) {
+    state_->client->post([cb = std::move(cb), p = *state_->lost_path, r = state_->reason, d = state_->detail] {
+      cb(p, r, d);
+    });
+    return;
+  }
+  state_->callbacks.push_back(std::move(cb));
+}
+
+std::stop_token MultiLease::lost_token() const {
+  return state_ ? state_->lost_source.get_token() : std::stop_token();
+}
+
+void MultiLease::release() noexcept {
+  if (state_) {
+    std::lock_guard lk(state_->mu);
+    state_->released = true;
+  }
+  for (auto it = leases_.rbegin(); it != leases_.rend(); ++it) it->release();
+}
+
+MultiLock::MultiLock(Client& client, std::vector<LockSpec> locks, MutexOptions options)
+    : client_(&client), locks_(std::move(locks)), options_(options) {
+  if (locks_.empty()) throw Error(Errc::invalid_argument, "MultiLock needs at least one lock");
+  for (const auto& l : locks_) validate_lock_path(l.path);
+  // The global order: ascending bytes of the full path. Merge duplicates,
+  // exclusive over shared (a shared and an exclusive request by one owner
+  // would wait for each other).
+  std::stable_sort(locks_.begin(), locks_.end(), [](const LockSpec& a, const LockSpec& b) { return a.path < b.path; });
+  std::vector<LockSpec> merged;
+  for (auto& l : locks_) {
+    if (!merged.empty() && merged.back().path == l.path) {
+      if (l.mode == Mode::exclusive) merged.back().mode = Mode::exclusive;
+    } else {
+      merged.push_back(std::move(l));
+    }
+  }
+  locks_ = std::move(merged);
+}
+
+MultiLease MultiLock::run(std::stop_token stop, std::optional<Clock::time_point> deadline,
+                          const AcquireOptions& options) {
+  AcquireOptions opts = options;
+  if (opts.owner.empty()) opts.owner = !OwnerScope::current().empty() ? OwnerScope::current() : client_->default_owner();
+
+  std::vector<Lease> taken;
+  taken.reserve(locks_.size());
+  auto unwind = [&taken] {
+    for (auto it = taken.rbegin(); it != taken.rend(); ++it) it->release();
+  };
+  for (const auto& spec : locks_) {
+    detail::AttemptRequest req;
+    req.lock_path = spec.path;
+    req.mode = spec.mode;
+    req.options = opts;
+    req.policy = options_.loss_policy;
+    req.stop = stop;
+    if (deadline) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
+      if (left <= std::chrono::milliseconds::zero()) {
+        unwind();
+        throw Error(Errc::timeout, "timed out waiting for " + spec.path);
+      }
+      req.timeout = left;
+    }
+    AcquireResult r;
+    try {
+      r = detail::LockAttempt::run_blocking(*client_, std::move(req));
+    } catch (...) {  // would_deadlock, invalid_state: nothing of this member exists
+      unwind();
+      throw;
+    }
+    if (r.error) {
+      unwind();
+      throw std::move(*r.error);
+    }
+    taken.push_back(std::move(r.lease));
+  }
+  return MultiLease(*client_, std::move(taken));
+}
+
+MultiLease MultiLock::acquire(const AcquireOptions& options) { return run({}, std::nullopt, options); }
+
+MultiLease MultiLock::acquire(std::stop_token stop, const AcquireOptions& options) {
+  return run(std::move(stop), std::nullopt, options);
+}
+
+std::optional<MultiLease> MultiLock::try_acquire_for(std::chrono::milliseconds timeout,
+                                                     const AcquireOptions& options) {
+  try {
+    return run({}, Clock::now() + std::max(timeout, std::chrono::milliseconds(1)), options);
+  } catch (const Error& e) {
+    if (e.code() == Errc::timeout) return std::nullopt;
+    throw;
+  }
+}
+
+}  // namespace zklock

@@ -1,0 +1,93 @@
+// FairSharedMutex: the mode-aware front of the one recipe core
+// (lock_attempt.cpp decides per node mode what an acquisition waits for).
+#include "zklock/shared_mutex.hpp"
+
+#include <algorithm>
+
+#include "lock_attempt.hpp"
+
+namespace zklock {
+
+namespace {
+Lease take(AcquireResult r) {
+  if (r.error) throw std::move(*r.error);
+  return std::move(r.lease);
+}
+
+std::optional<Lease> take_unless_timeout(AcquireResult r) {
+  if (r.error && r.error->code() == Errc::timeout) return std::nullopt;
+  return take(std::move(r));
+}
+}  // namespace
+
+FairSharedMutex::FairSharedMutex(Client& client, std::string lock_path, MutexOptions options)
+    : client_(&client), path_(std::move(lock_path)), options_(options) {
+  validate_lock_path(path_);
+}
+
+AcquireResult FairSharedMutex::run(Mode mode, std::stop_token stop, std::chrono::milliseconds timeout,
+                                   const AcquireOptions& options) {
+  detail::AttemptRequest req;
+  req.lock_path = path_;
+  req.mode = mode;
+  req.options = options;
+  req.policy = options_.loss_policy;
+  req.timeout = timeout;
+  req.stop = std::move(stop);
+  return detail::LockAttempt::run_blocking(*client_, std::move(req));
+}
+
+void FairSharedMutex::start(Mode mode, AcquireCallback done, const AcquireOptions& options,
+                            std::chrono::milliseconds timeout, std::stop_token stop) {
+  detail::AttemptRequest req;
+  req.lock_path = path_;
+  req.mode = mode;
+  req.options = options;
+  req.policy = options_.loss_policy;
+  req.timeout = timeout;
+  req.stop = std::move(stop);
+  auto impl = client_->impl();
+  // The core's `done` runs under its state lock on ZooKeeper's thread: hand
+  // the result to the user callback thread.
+  detail::LockAttempt::start(*client_, std::move(req), [impl, done = std::move(done)](AcquireResult r) mutable {
+    auto shared = std::make_shared<AcquireResult>(std::move(r));
+    impl->post_user([done, shared]() mutable { done(std::move(*shared)); });
+  });
+}
+
+// A non-positive timeout still means "try": at least one millisecond.
+static std::chrono::milliseconds at_least_1ms(std::chrono::milliseconds t) {
+  return std::max(t, std::chrono::milliseconds(1));
+}
+
+Lease FairSharedMutex::acquire(const AcquireOptions& options) {
+  return take(run(Mode::exclusive, {}, {}, options));
+}
+Lease FairSharedMutex::acquire(std::stop_token stop, const AcquireOptions& options) {
+  return take(run(Mode::exclusive, std::move(stop), {}, options));
+}
+std::optional<Lease> FairSharedMutex::try_acquire_for(std::chrono::milliseconds timeout,
+                                                      const AcquireOptions& options) {
+  return take_unless_timeout(run(Mode::exclusive, {}, at_least_1ms(timeout), options));
+}
+void FairSharedMutex::acquire_async(AcquireCallback done, const AcquireOptions& options,
+                                    std::chrono::milliseconds timeout, std::stop_token stop) {
+  start(Mode::exclusive, std::move(done), options, timeout, std::move(stop));
+}
+
+Lease FairSharedMutex::acquire_shared(const AcquireOptions& options) {
+  return take(run(Mode::shared, {}, {}, options));
+}
+Lease FairSharedMutex::acquire_shared(std::stop_token stop, const AcquireOptions& options) {
+  return take(run(Mode::shared, std::move(stop), {}, options));
+}
+std::optional<Lease> FairSharedMutex::try_acquire_shared_for(std::chrono::milliseconds timeout,
+                                                             const AcquireOptions& options) {
+  return take_unless_timeout(run(Mode::shared, {}, at_least_1ms(timeout), options));
+}
+void FairSharedMutex::acquire_shared_async(AcquireCallback done, const AcquireOptions& options,
+                                           std::chrono::milliseconds timeout, std::stop_token stop) {
+  start(Mode::shared, std::move(done), options, timeout, std::move(stop));
+}
+
+}  // namespace zklock

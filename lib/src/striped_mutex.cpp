@@ -1,0 +1,23 @@
+#include "zklock/striped_mutex.hpp"
+
+#include "zklock/node_name.hpp"
+
+namespace zklock {
+
+StripedMutex::StripedMutex(Client& client, std::string base_path, std::size_t stripes, MutexOptions options)
+    : base_(std::move(base_path)) {
+  validate_lock_path(base_);
+  if (stripes == 0) throw Error(Errc::invalid_argument, "StripedMutex needs at least one stripe");
+  stripes_.reserve(stripes);
+  for (std::size_t i = 0; i < stripes; ++i) stripes_.emplace_back(client, stripe_path(base_, i), options);
+}
+
+std::size_t StripedMutex::stripe_of(std::string_view key, std::size_t stripes) noexcept {
+  return static_cast<std::size_t>(fnv1a64(key) % static_cast<std::uint64_t>(stripes));
+}
+
+std::string StripedMutex::stripe_path(std::string_view base, std::size_t i) {
+  return std::string(base) + "/stripe-" + std::to_string(i);
+}
+
+}  // namespace zklock
