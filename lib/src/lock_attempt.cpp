@@ -284,7 +284,15 @@ void LockAttempt::on_created(Status st, const std::string& path, const Stat& sta
     return;
   }
   if (phase_ == Phase::failed) {
-    create_uncertain_ = false;
+    // Abandoned while the create was in flight. A lost answer means the
+    // create may have run: the node is found by GUID and deleted once the
+    // same session is back, or it would block the queue while we live.
+    if (!transient(st)) {
+      create_uncertain_ = false;
+    } else {
+      keep_alive_while_cleaning();
+      if (impl_->connected()) sweep_uncertain_create();
+    }
     return;
   }
   if (st.is(Errc::no_node)) {  // the lock path is missing, or an emptied container was reaped
@@ -580,6 +588,7 @@ void LockAttempt::on_session(SessionEvent ev, std::uint64_t epoch) {
   switch (ev) {
     case SessionEvent::lost:
       node_exists_ = false;  // ephemeral: gone with the session
+      create_uncertain_ = false;
       if (phase_ == Phase::held) lose(LossReason::session_expired, "the ZooKeeper session expired");
       else if (phase_ == Phase::creating || phase_ == Phase::waiting || phase_ == Phase::starting)
         fail(Error(Errc::session_expired, "the ZooKeeper session expired while waiting for " + req_.lock_path));
@@ -599,6 +608,8 @@ void LockAttempt::on_session(SessionEvent ev, std::uint64_t epoch) {
       suspended_ = false;
       if (phase_ == Phase::held && loss_ && node_exists_) {
         delete_own_node(true, nullptr);  // strict policy or validity loss: give the lock up
+      } else if (phase_ == Phase::failed && create_uncertain_ && !node_exists_) {
+        sweep_uncertain_create();
       } else if (create_uncertain_ || phase_ == Phase::creating || phase_ == Phase::waiting) {
         resync();
       } else if ((phase_ == Phase::failed || phase_ == Phase::released) && node_exists_ && !deleting_) {
@@ -626,6 +637,7 @@ void LockAttempt::fail(Error error) {
   if (phase_ == Phase::failed || phase_ == Phase::released || phase_ == Phase::held) return;
   phase_ = Phase::failed;
   if (node_exists_) delete_own_node(false, nullptr);
+  if (create_uncertain_ && !node_exists_) keep_alive_while_cleaning();  // on_created or a reconnect cleans up
   finish_locked();
   auto done = std::move(done_);
   done_ = nullptr;
@@ -683,6 +695,53 @@ void LockAttempt::delete_own_node(bool with_marker, std::function<void()> then) 
   } else {
     impl_->remove(node_path_, -1, finish);
   }
+}
+
+// REQUIRES mu_. The attempt failed after a create whose answer was lost
+// (create_uncertain_): the create may have run. List once, adopt the node
+// carrying our GUID and delete it (delete_own_node retries after a reconnect).
+// A transient failure leaves create_uncertain_ set for the next reconnect.
+void LockAttempt::sweep_uncertain_create() {
+  if (sweeping_) return;
+  sweeping_ = true;
+  auto self = shared_from_this();
+  impl_->get_children(req_.lock_path, nullptr, [self](Status st, std::vector<std::string> children) {
+    std::lock_guard lk(self->mu_);
+    self->sweeping_ = false;
+    if (!self->create_uncertain_ || self->node_exists_ || transient(st)) return;
+    self->create_uncertain_ = false;  // no_node: the lock path is gone, so is our node
+    if (!st.ok()) return;
+    for (const auto& c : children) {
+      const auto n = parse_lock_node_name(c);
+      if (!n || n->guid != self->guid_) continue;
+      if (!self->node_exists_) {
+        self->node_exists_ = true;
+        self->node_name_ = c;
+        self->node_path_ = self->req_.lock_path + "/" + c;
+        self->epoch_ = Client::Impl::callback_epoch();
+        self->delete_own_node(false, nullptr);
+      } else {
+        self->impl_->remove(self->req_.lock_path + "/" + c, -1, [](Status) {});  // not expected: one per GUID
+      }
+    }
+  });
+}
+
+// REQUIRES mu_. Nobody holds a failed attempt, yet it must outlive a lost
+// create's answer to clean up after it. The timer thread holds it (not a
+// self-reference, which would outlive the client): re-armed while cleanup is
+// pending, dropped when the client shuts down.
+void LockAttempt::keep_alive_while_cleaning() {
+  if (keeping_alive_) return;
+  keeping_alive_ = true;
+  auto self = shared_from_this();
+  impl_->schedule_at(Clock::now() + std::max(impl_->negotiated(), std::chrono::milliseconds(100)), [self] {
+    std::lock_guard lk(self->mu_);
+    self->keeping_alive_ = false;
+    if (self->create_uncertain_ || (self->node_exists_ && self->phase_ == Phase::failed)) {
+      self->keep_alive_while_cleaning();
+    }
+  });
 }
 
 // REQUIRES mu_.

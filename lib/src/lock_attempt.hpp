@@ -12,7 +12,8 @@
 //      it; abandoned waits delete without it. A marker naming node P thus
 //      proves P was a holder.
 //  (3) Once `phase_` is terminal (failed/released), no request is issued
-//      except deleting our own node.
+//      except deleting our own node, and, when a create's answer was lost
+//      (`create_uncertain_`), one listing to find that node by its GUID.
 #pragma once
 
 #include <chrono>
@@ -109,6 +110,8 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   void abandon(Errc why, std::string message);
   void lose(LossReason reason, std::string detail);
   void delete_own_node(bool with_marker, std::function<void()> then);
+  void sweep_uncertain_create();     // failed with a create of unknown outcome: delete it by GUID
+  void keep_alive_while_cleaning();  // a failed attempt outlives its cleanup
   void finish_locked();  // unregisters observers, timers, deadlock registry
 
   // --- immutable after construction ---
@@ -128,6 +131,8 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   bool create_uncertain_ = false;            // a create may have run but its answer was lost
   bool node_exists_ = false;                 // our node was created and not yet deleted by us
   bool deleting_ = false;
+  bool sweeping_ = false;                    // sweep_uncertain_create's listing is out
+  bool keeping_alive_ = false;               // a keep_alive_while_cleaning timer is armed
   bool revoked_ = false;
   int parent_retries_ = 0;
   std::string node_name_;
