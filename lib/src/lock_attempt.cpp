@@ -682,6 +682,10 @@ void LockAttempt::delete_own_node(bool with_marker, std::function<void()> then) 
     std::lock_guard lk(self->mu_);
     if (transient(st) && self->impl_->epoch() == self->epoch_) {
       self->deleting_ = false;  // on_session(reconnected) retries
+      // A released or failed attempt may have no owner left by then (the
+      // caller gave up waiting and dropped the lease); a restarted server
+      // restores sessions, so that reconnect can come any time later.
+      if (self->phase_ == Phase::released || self->phase_ == Phase::failed) self->keep_alive_while_cleaning();
       if (self->impl_->connected()) self->delete_own_node(false, then);
       return;
     }
@@ -727,8 +731,9 @@ void LockAttempt::sweep_uncertain_create() {
   });
 }
 
-// REQUIRES mu_. Nobody holds a failed attempt, yet it must outlive a lost
-// create's answer to clean up after it. The timer thread holds it (not a
+// REQUIRES mu_. Nobody may hold a failed or released attempt any more, yet
+// it must outlive a lost create's answer or a delete that failed for want of
+// a connection, to clean up once the same session is back. The timer thread holds it (not a
 // self-reference, which would outlive the client): re-armed while cleanup is
 // pending, dropped when the client shuts down.
 void LockAttempt::keep_alive_while_cleaning() {
@@ -738,7 +743,8 @@ void LockAttempt::keep_alive_while_cleaning() {
   impl_->schedule_at(Clock::now() + std::max(impl_->negotiated(), std::chrono::milliseconds(100)), [self] {
     std::lock_guard lk(self->mu_);
     self->keeping_alive_ = false;
-    if (self->create_uncertain_ || (self->node_exists_ && self->phase_ == Phase::failed)) {
+    if (self->create_uncertain_ ||
+        (self->node_exists_ && (self->phase_ == Phase::failed || self->phase_ == Phase::released))) {
       self->keep_alive_while_cleaning();
     }
   });

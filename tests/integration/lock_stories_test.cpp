@@ -627,6 +627,37 @@ TEST_F(LeaseLoss, ServerStoppedPastTheBoundLosesTheLeaseBeforeTheServerCouldExpi
   EXPECT_TRUE(eventually([&] { return !czxid_of(*direct, node); })) << "lost lease's node not deleted";
 }
 
+// The natural reaction to a loss: release and drop the lease. The server is
+// still down when release() gives up waiting; it comes back later and with it
+// the session (a restarted server restores sessions). The node must go then,
+// or a live session holds the lock for nobody.
+TEST_F(LeaseLoss, LeaseDroppedWhileTheServerIsDownIsDeletedWhenTheSessionReturns) {
+  const auto path = lock_path("dropped-while-down");
+  Client c({.connect = srv->connect_string(), .session_timeout = 4s});
+  FairMutex m(c, path);
+  auto l = std::make_unique<Lease>(m.acquire());
+  LossLog loss;
+  loss.attach(*l);
+  const auto node = l->node_path();
+  const auto session = c.session_id();
+  srv->stop();
+  ASSERT_TRUE(loss.wait(c.negotiated_timeout() + 2s));
+  const auto t = Clock::now();
+  l->release();  // cannot reach the server: gives up after its bounded wait
+  l.reset();
+  std::printf("[figure] release() while the server is down returned after %.0f ms\n", ms_since(t));
+  srv->start();
+  ASSERT_TRUE(c.wait_connected(10s));
+  ASSERT_EQ(c.session_id(), session) << "the restarted server should have restored the session";
+  const auto back = Clock::now();
+  const bool deleted = eventually([&] { return !czxid_of(*direct, node); }, 5s);
+  EXPECT_TRUE(deleted) << "the dropped lease's node outlived it in a live session";
+  std::printf("[figure] dropped lease's node %s %.0f ms after the session returned\n",
+              deleted ? "deleted" : "NOT deleted", ms_since(back));
+  FairMutex other(*direct, path);
+  EXPECT_TRUE(other.try_acquire_for(2s)) << "the lock is blocked by an orphan";
+}
+
 TEST_F(LeaseLoss, ServerBackWithinTheBoundContinuesTheSameLease) {
   const auto path = lock_path("continue");
   Client c({.connect = proxy->connect_string(), .session_timeout = 4s});
