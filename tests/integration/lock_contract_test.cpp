@@ -595,34 +595,56 @@ test::ChildProcess spawn_worker(std::vector<std::string> args) {
   return test::ChildProcess::spawn(o);
 }
 
-// Two processes, opposite orders, 1,000 rounds each. Without the global
-// order this deadlocks within a few rounds; with it both finish.
-TEST(MultiLock, OppositeOrdersInTwoProcessesNeverDeadlock) {
-  Client c(shared_opts());
-  const auto base = lock_path("multi-deadlock");
+struct PairRun {
+  std::optional<std::string> first, second;  // each worker's last line
+  long long ms = 0;
+};
+
+// Two workers in `mode` over A and B, the first given {A, B}, the second
+// {B, A}; started together through a go node. Bounded: 90 s.
+PairRun run_opposite_pair(Client& c, const std::string& base, const std::string& mode, int rounds) {
   const auto a = base + "/a", b = base + "/b", go = base + "/go";
   c.ensure_path(base);
-  constexpr int kRounds = 1000;
   const auto connect = test::shared_server().connect_string();
-  auto p1 = spawn_worker({"multi", connect, go, std::to_string(kRounds), a, b});
-  auto p2 = spawn_worker({"multi", connect, go, std::to_string(kRounds), b, a});
-  ASSERT_EQ(p1.read_line(20s).value_or("?"), "ready");
-  ASSERT_EQ(p2.read_line(20s).value_or("?"), "ready");
+  auto p1 = spawn_worker({mode, connect, go, std::to_string(rounds), a, b});
+  auto p2 = spawn_worker({mode, connect, go, std::to_string(rounds), b, a});
+  PairRun run;
+  if (p1.read_line(20s).value_or("?") != "ready" || p2.read_line(20s).value_or("?") != "ready") return run;
   const auto start = Clock::now();
   std::promise<Status> created;
   c.create(go, "", CreateMode::ephemeral, [&](Status st, const std::string&, const Stat&) { created.set_value(st); });
-  ASSERT_TRUE(created.get_future().get().ok());
-  // Bounded: far above the few seconds this takes, far below the test timeout.
-  auto l1 = p1.read_line(90s);
-  auto l2 = p2.read_line(std::chrono::milliseconds(std::max<long long>(1000, 90000 - ms_since(start))));
-  ASSERT_TRUE(l1 && l1->starts_with("done")) << "process 1: " << l1.value_or("(no answer: deadlock?)");
-  ASSERT_TRUE(l2 && l2->starts_with("done")) << "process 2: " << l2.value_or("(no answer: deadlock?)");
+  if (!created.get_future().get().ok()) return run;
+  run.first = p1.read_line(90s);
+  run.second = p2.read_line(std::chrono::milliseconds(std::max<long long>(1000, 90000 - ms_since(start))));
+  run.ms = ms_since(start);
   EXPECT_EQ(p1.wait_exit(10s).value_or(test::ExitStatus{-1}).describe(), "exit 0");
   EXPECT_EQ(p2.wait_exit(10s).value_or(test::ExitStatus{-1}).describe(), "exit 0");
-  std::printf("2 x %d MultiLock rounds over {A,B} / {B,A} in %lld ms (%s; %s)\n", kRounds, ms_since(start),
-              l1->c_str(), l2->c_str());
-  EXPECT_EQ(count_children(c, a), 0u);
-  EXPECT_EQ(count_children(c, b), 0u);
+  return run;
+}
+
+// Two processes, opposite orders, 1,000 rounds each: both finish.
+TEST(MultiLock, OppositeOrdersInTwoProcessesNeverDeadlock) {
+  Client c(shared_opts());
+  const auto base = lock_path("multi-deadlock");
+  constexpr int kRounds = 1000;
+  const auto run = run_opposite_pair(c, base, "multi", kRounds);
+  ASSERT_TRUE(run.first && run.first->starts_with("done")) << "process 1: " << run.first.value_or("(no answer: deadlock?)");
+  ASSERT_TRUE(run.second && run.second->starts_with("done")) << "process 2: " << run.second.value_or("(no answer: deadlock?)");
+  std::printf("2 x %d MultiLock rounds over {A,B} / {B,A} in %lld ms (%s; %s)\n", kRounds, run.ms,
+              run.first->c_str(), run.second->c_str());
+  EXPECT_EQ(count_children(c, base + "/a"), 0u);
+  EXPECT_EQ(count_children(c, base + "/b"), 0u);
+}
+
+// The control, showing the test above has teeth: the same rounds taken in
+// the given order (FairMutex A then B, with a 1 s limit on the second) stall.
+TEST(MultiLock, WithoutTheGlobalOrderTheSameRoundsDeadlock) {
+  Client c(shared_opts());
+  const auto base = lock_path("multi-naive");
+  const auto run = run_opposite_pair(c, base, "naive", 1000);
+  ASSERT_TRUE(run.first && run.second) << "a worker did not answer";
+  std::printf("without MultiLock: %s; %s (%lld ms)\n", run.first->c_str(), run.second->c_str(), run.ms);
+  EXPECT_TRUE(run.first->starts_with("stalled") || run.second->starts_with("stalled"));
 }
 
 // ---------------------------------------------------------------------------
