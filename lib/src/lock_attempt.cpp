@@ -9,6 +9,7 @@
 #include <future>
 #include <set>
 #include <unordered_set>
+#include <utility>
 
 #include "zklock/node_data.hpp"
 #include "zklock/revocation.hpp"
@@ -613,7 +614,7 @@ void LockAttempt::on_session(SessionEvent ev, std::uint64_t epoch) {
       } else if (create_uncertain_ || phase_ == Phase::creating || phase_ == Phase::waiting) {
         resync();
       } else if ((phase_ == Phase::failed || phase_ == Phase::released) && node_exists_ && !deleting_) {
-        delete_own_node(false, nullptr);
+        delete_own_node(retry_marker_, std::exchange(retry_then_, nullptr));
       }
       break;
     case SessionEvent::connected:
@@ -678,15 +679,17 @@ void LockAttempt::delete_own_node(bool with_marker, std::function<void()> then) 
   }
   deleting_ = true;
   auto self = shared_from_this();
-  auto finish = [self, then](Status st) {
+  auto finish = [self, then, with_marker](Status st) {
     std::lock_guard lk(self->mu_);
     if (transient(st) && self->impl_->epoch() == self->epoch_) {
-      self->deleting_ = false;  // on_session(reconnected) retries
+      self->deleting_ = false;  // on_session(reconnected) retries, as it was asked (marker, then)
+      self->retry_marker_ = with_marker;
+      self->retry_then_ = then;
       // A released or failed attempt may have no owner left by then (the
       // caller gave up waiting and dropped the lease); a restarted server
       // restores sessions, so that reconnect can come any time later.
       if (self->phase_ == Phase::released || self->phase_ == Phase::failed) self->keep_alive_while_cleaning();
-      if (self->impl_->connected()) self->delete_own_node(false, then);
+      if (self->impl_->connected()) self->delete_own_node(with_marker, std::exchange(self->retry_then_, nullptr));
       return;
     }
     self->deleting_ = false;

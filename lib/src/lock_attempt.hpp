@@ -131,6 +131,8 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   bool create_uncertain_ = false;            // a create may have run but its answer was lost
   bool node_exists_ = false;                 // our node was created and not yet deleted by us
   bool deleting_ = false;
+  bool retry_marker_ = false;                // a delete lost to a disconnect: retried as asked,
+  std::function<void()> retry_then_;         // and whoever waits for it (release()) is told
   bool sweeping_ = false;                    // sweep_uncertain_create's listing is out
   bool keeping_alive_ = false;               // a keep_alive_while_cleaning timer is armed
   bool revoked_ = false;
