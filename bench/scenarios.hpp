@@ -1,0 +1,41 @@
+// The scenarios of zklock-bench. Each runs zklock and the floor (floor.hpp)
+// back to back on the same server in one call and returns the figures of
+// that run; main.cpp repeats runs and reports medians. docs/performance.md
+// explains every figure.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "measure.hpp"
+
+namespace zklock::bench {
+
+struct Sizes {
+  int uncontended_cycles = 2000;
+  int contended_sessions = 8;
+  int contended_cycles = 200;  // per session
+  std::vector<int> drain_waiters{100, 1000, 5000};
+  int drain_sessions = 20;
+  int pipelined_locks = 1000;
+  std::vector<int> handoff_contenders{2, 4, 16};
+  int handoff_cycles = 100;  // per contender
+  double fence_seconds = 1.0;
+  // Detector at scale.
+  int detector_dirs = 100;
+  int detector_locks_per_dir = 500;
+  int detector_waiters = 1000;
+  int detector_cycles = 10;
+
+  static Sizes quick();
+};
+
+Figures uncontended(const Env& env, const Sizes& s);
+Figures contended(const Env& env, const Sizes& s);
+Figures drain(const Env& env, const Sizes& s);
+Figures pipelined(const Env& env, const Sizes& s);
+Figures handoff(const Env& env, const Sizes& s);
+Figures fence_gate(const Env& env, const Sizes& s);
+Figures detector_at_scale(const Env& env, const Sizes& s);  // detector_scale.cpp
+
+}  // namespace zklock::bench
