@@ -641,14 +641,16 @@ TEST_F(LeaseLoss, LeaseDroppedWhileTheServerIsDownIsDeletedWhenTheSessionReturns
   const auto node = l->node_path();
   const auto session = c.session_id();
   srv->stop();
-  ASSERT_TRUE(loss.wait(c.negotiated_timeout() + 2s));
+  ASSERT_TRUE(loss.wait(c.negotiated_timeout() + 2s)) << "no loss while the server was down";
   const auto t = Clock::now();
   l->release();  // cannot reach the server: gives up after its bounded wait
   l.reset();
   std::printf("[figure] release() while the server is down returned after %.0f ms\n", ms_since(t));
   srv->start();
-  ASSERT_TRUE(c.wait_connected(10s));
-  ASSERT_EQ(c.session_id(), session) << "the restarted server should have restored the session";
+  ASSERT_TRUE(c.wait_connected(10s)) << "no reconnect within 10 s of the restart; state "
+                                     << state_name(c.state());
+  ASSERT_EQ(c.session_id(), session) << "the restarted server should have restored the session (epoch "
+                                     << c.session_epoch() << ")";
   const auto back = Clock::now();
   const bool deleted = eventually([&] { return !czxid_of(*direct, node); }, 5s);
   EXPECT_TRUE(deleted) << "the dropped lease's node outlived it in a live session";
