@@ -31,11 +31,12 @@ using nlohmann::json;
 
 namespace {
 
-const std::vector<std::string> kScenarios = {"uncontended", "contended", "drain",   "pipelined",
-                                             "handoff",     "fence",     "detector"};
+const std::vector<std::string> kScenarios = {"uncontended", "ops",     "contended", "drain",
+                                             "pipelined",   "handoff", "fence",     "detector"};
 
 zb::Figures run_scenario(const std::string& name, const zb::Env& env, const zb::Sizes& s) {
   if (name == "uncontended") return zb::uncontended(env, s);
+  if (name == "ops") return zb::op_costs(env, s);
   if (name == "contended") return zb::contended(env, s);
   if (name == "drain") return zb::drain(env, s);
   if (name == "pipelined") return zb::pipelined(env, s);
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "small counts, one run (CI: keeps the tool from rotting)");
   app.add_option("--runs", runs, "runs per scenario; medians are reported (default 3, --quick 1)");
   app.add_option("--connect", connect, "use this server (host:port, mntr allowed) instead of starting one");
-  app.add_option("--only", only, "comma-separated scenarios: uncontended,contended,drain,pipelined,handoff,fence,detector");
+  app.add_option("--only", only, "comma-separated scenarios: uncontended,ops,contended,drain,pipelined,handoff,fence,detector");
   app.add_option("--json", json_file, "write the results as JSON to this file");
   app.add_option("--drain", drain_sizes, "drain queue sizes (default 100 1000 5000)")->delimiter(',');
   app.add_option("--detector-dirs", det_dirs, "detector: directories (default 100)");

@@ -120,65 +120,81 @@ struct CycleSide {
   Traffic traffic;
 };
 
-template <class Acquire, class Release>
-CycleSide cycle_loop(const Env& env, int n, Acquire acquire, Release release) {
+// One side of an interleaved comparison: acquire and release one lock.
+struct CycleFns {
+  std::function<void()> acquire, release;
+};
+
+// Runs `n` cycles of each side in alternating blocks of `block`, so both
+// sides see the same background load (this machine is shared and its load
+// drifts within seconds). Each block is bracketed by mntr and getrusage, so
+// traffic and CPU are attributed to the side that ran it.
+std::pair<CycleSide, CycleSide> interleaved_cycles(const Env& env, int n, const CycleFns& a, const CycleFns& b,
+                                                   int block = 20) {
   for (int i = 0; i < std::min(50, n / 10 + 1); ++i) {  // warm-up, not counted
-    acquire();
-    release();
+    a.acquire();
+    a.release();
+    b.acquire();
+    b.release();
   }
   settle(env);
-  CycleSide side;
-  side.cycle_us.reserve(static_cast<std::size_t>(n));
-  side.acquire_us.reserve(static_cast<std::size_t>(n));
-  const auto m0 = Traffic::from(env.mntr());
-  const double c0 = process_cpu_seconds();
-  const auto start = Clock::now();
-  for (int i = 0; i < n; ++i) {
-    const auto t0 = Clock::now();
-    acquire();
-    const auto t1 = Clock::now();
-    release();
-    const auto t2 = Clock::now();
-    side.acquire_us.push_back(micros(t1 - t0));
-    side.release_us.push_back(micros(t2 - t1));
-    side.cycle_us.push_back(micros(t2 - t0));
+  std::pair<CycleSide, CycleSide> out;
+  auto run_block = [&](const CycleFns& fns, CycleSide& side, int count) {
+    const auto m0 = Traffic::from(env.mntr());
+    const double c0 = process_cpu_seconds();
+    const auto start = Clock::now();
+    for (int i = 0; i < count; ++i) {
+      const auto t0 = Clock::now();
+      fns.acquire();
+      const auto t1 = Clock::now();
+      fns.release();
+      const auto t2 = Clock::now();
+      side.acquire_us.push_back(micros(t1 - t0));
+      side.release_us.push_back(micros(t2 - t1));
+      side.cycle_us.push_back(micros(t2 - t0));
+    }
+    side.seconds += seconds(Clock::now() - start);
+    side.cpu += process_cpu_seconds() - c0;
+    const auto d = Traffic::from(env.mntr()) - m0;
+    side.traffic.packets_received += d.packets_received;
+    side.traffic.packets_sent += d.packets_sent;
+    side.traffic.response_bytes += d.response_bytes;
+    side.traffic.watch_bytes += d.watch_bytes;
+  };
+  for (int done = 0, k = 0; done < n; done += block, ++k) {
+    const int count = std::min(block, n - done);
+    if ((k + env.run) % 2 == 0) {
+      run_block(a, out.first, count);
+      run_block(b, out.second, count);
+    } else {
+      run_block(b, out.second, count);
+      run_block(a, out.first, count);
+    }
   }
-  side.seconds = seconds(Clock::now() - start);
-  side.cpu = process_cpu_seconds() - c0;
-  side.traffic = Traffic::from(env.mntr()) - m0;
-  return side;
+  return out;
 }
 
 }  // namespace
 
 Figures uncontended(const Env& env, const Sizes& s) {
   const int n = s.uncontended_cycles;
-  auto run_zklock = [&] {
-    Client client(client_options(env));
-    const auto path = env.root + "/uncontended-zklock";
-    client.ensure_path(path, CreateMode::persistent);
-    FairMutex mutex(client, path);
-    std::optional<Lease> lease;
-    return cycle_loop(env, n, [&] { lease.emplace(mutex.acquire()); }, [&] {
-      lease->release();
-      lease.reset();
-    });
-  };
-  auto run_floor = [&] {
-    FloorSession session(env.connect);
-    const auto path = env.root + "/uncontended-floor";
-    session.ensure_path(path);
-    FloorLock lock(session, path);
-    return cycle_loop(env, n, [&] { lock.acquire(); }, [&] { lock.release(); });
-  };
-  CycleSide z, f;
-  if (env.run % 2 == 0) {
-    z = run_zklock();
-    f = run_floor();
-  } else {
-    f = run_floor();
-    z = run_zklock();
-  }
+  Client client(client_options(env));
+  const auto zpath = env.root + "/uncontended-zklock";
+  client.ensure_path(zpath, CreateMode::persistent);
+  FairMutex mutex(client, zpath);
+  std::optional<Lease> lease;
+  FloorSession session(env.connect);
+  const auto fpath = env.root + "/uncontended-floor";
+  session.ensure_path(fpath);
+  FloorLock lock(session, fpath);
+  const auto [z, f] = interleaved_cycles(
+      env, n,
+      {[&] { lease.emplace(mutex.acquire()); },
+       [&] {
+         lease->release();
+         lease.reset();
+       }},
+      {[&] { lock.acquire(); }, [&] { lock.release(); }});
   const double dn = n;
   const std::string sc = "uncontended";
   return {
@@ -600,6 +616,92 @@ Figures pipelined(const Env& env, const Sizes& s) {
       {sc, "requests/lock", "", z.traffic.packets_received / dn, f.traffic.packets_received / dn, {}},
       {sc, "bytes to client/lock", "B", z.traffic.bytes_to_clients() / dn, f.traffic.bytes_to_clients() / dn, {}},
       {sc, "client CPU/lock", "us", z.cpu * 1e6 / dn, f.cpu * 1e6 / dn, {}},
+  };
+}
+
+// --- raw operation costs -------------------------------------------------------
+
+// What zklock's steps cost on the raw C API, next to the textbook step they
+// replace (same session, same server, no library): explains the cycle figures.
+Figures op_costs(const Env& env, const Sizes& s) {
+  const int n = std::max(50, s.uncontended_cycles / 5);
+  FloorSession fs(env.connect);
+  const auto path = env.root + "/ops";
+  fs.ensure_path(path);
+  zhandle_t* zh = fs.zh();
+  const std::string short_prefix = path + "/lock-";
+  const std::string long_prefix = path + "/" + std::string("w_0123456789abcdef_0123456789abcdef0123456789abcdef_");
+  const std::string data(150, 'x');
+  std::vector<double> c_short, c_long, del, multi, seq_cl, pipe_cl, exists_us;
+  char buf[512];
+  auto timed = [](auto&& fn) {
+    const auto t0 = Clock::now();
+    fn();
+    return micros(Clock::now() - t0);
+  };
+  auto check = [](int rc, const char* what) {
+    if (rc != ZOK) throw std::runtime_error(std::string("op costs: ") + what + ": " + zerror(rc));
+  };
+  for (int i = 0; i < n; ++i) {
+    c_short.push_back(timed([&] {
+      check(zoo_create(zh, short_prefix.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL | ZOO_SEQUENCE, buf,
+                       sizeof buf), "create");
+    }));
+    const std::string a = buf;
+    exists_us.push_back(timed([&] { check(zoo_exists(zh, a.c_str(), 0, nullptr), "exists"); }));
+    del.push_back(timed([&] { check(zoo_delete(zh, a.c_str(), -1), "delete"); }));
+    c_long.push_back(timed([&] {
+      check(zoo_create(zh, long_prefix.c_str(), data.data(), int(data.size()), &ZOO_OPEN_ACL_UNSAFE,
+                       ZOO_EPHEMERAL | ZOO_SEQUENCE, buf, sizeof buf), "create");
+    }));
+    const std::string b = buf;
+    multi.push_back(timed([&] {
+      zoo_op_t ops[2];
+      zoo_op_result_t results[2];
+      const std::string name = b.substr(b.rfind('/') + 1);
+      zoo_delete_op_init(&ops[0], b.c_str(), -1);
+      zoo_set_op_init(&ops[1], path.c_str(), name.data(), int(name.size()), -1, nullptr);
+      check(zoo_multi(zh, 2, ops, results), "multi");
+    }));
+    std::string c;
+    seq_cl.push_back(timed([&] {
+      check(zoo_create(zh, short_prefix.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL | ZOO_SEQUENCE, buf,
+                       sizeof buf), "create");
+      String_vector kids{};
+      check(zoo_get_children(zh, path.c_str(), 0, &kids), "get children");
+      deallocate_String_vector(&kids);
+    }));
+    c = buf;
+    check(zoo_delete(zh, c.c_str(), -1), "delete");
+    pipe_cl.push_back(timed([&] {
+      // Heap contexts, freed only once both answers are in (a timeout leaks
+      // them rather than leave the C client a dangling pointer).
+      auto* both = new Latch(2);
+      auto* ctx = new std::pair<Latch*, std::string*>(both, &c);
+      check(zoo_acreate(zh, short_prefix.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL | ZOO_SEQUENCE,
+                        [](int, const char* v, const void* d) {
+                          auto* p = static_cast<std::pair<Latch*, std::string*>*>(const_cast<void*>(d));
+                          if (v) *p->second = v;
+                          p->first->count_down();
+                        },
+                        ctx), "acreate");
+      check(zoo_aget_children(zh, path.c_str(), 0,
+                              [](int, const String_vector*, const void* d) {
+                                static_cast<Latch*>(const_cast<void*>(d))->count_down();
+                              },
+                              both), "aget_children");
+      if (!both->wait_for(milliseconds(30'000))) throw std::runtime_error("op costs: pipelined pair timed out");
+      delete ctx;
+      delete both;
+    }));
+    check(zoo_delete(zh, c.c_str(), -1), "delete");
+  }
+  const std::string sc = "raw C-API op costs (floor column: textbook step)";
+  return {
+      {sc, "create p50: zklock name+data | short", "us", percentile(c_long, 50), percentile(c_short, 50), {}},
+      {sc, "release p50: multi(delete+marker) | delete", "us", percentile(multi, 50), percentile(del, 50), {}},
+      {sc, "create+list p50: pipelined | sequential", "us", percentile(pipe_cl, 50), percentile(seq_cl, 50), {}},
+      {sc, "exists p50 (a read round trip)", "us", percentile(exists_us, 50), kNone, {}},
   };
 }
 

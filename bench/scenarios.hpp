@@ -35,6 +35,7 @@ Figures contended(const Env& env, const Sizes& s);
 Figures drain(const Env& env, const Sizes& s);
 Figures pipelined(const Env& env, const Sizes& s);
 Figures handoff(const Env& env, const Sizes& s);
+Figures op_costs(const Env& env, const Sizes& s);
 Figures fence_gate(const Env& env, const Sizes& s);
 Figures detector_at_scale(const Env& env, const Sizes& s);  // detector_scale.cpp
 
