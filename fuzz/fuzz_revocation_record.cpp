@@ -1,0 +1,32 @@
+// libFuzzer: decode_revocation_record over arbitrary record data.
+//
+// A victim reads the record of its vanished node to learn why; anyone with
+// write access to /zklock/revocations could have written it. Properties:
+// never crashes or throws; what decodes re-encodes (within the size limit)
+// to a record that decodes equal; the message helpers accept it.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "zklock/error.hpp"
+#include "zklock/revocation.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  const auto decoded = zklock::decode_revocation_record(input);
+  if (!decoded) return 0;
+  if (size > zklock::kMaxRevocationRecordBytes) std::abort();
+  (void)zklock::cycle_text(*decoded);
+  (void)zklock::revocation_message(*decoded);
+  std::string again;
+  try {
+    again = zklock::encode_revocation_record(*decoded);
+  } catch (const zklock::Error&) {
+    return 0;  // grew past the limit once re-escaped: refused, not a crash
+  }
+  const auto round = zklock::decode_revocation_record(again);
+  if (!round || !(*round == *decoded)) std::abort();
+  return 0;
+}
