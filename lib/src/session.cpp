@@ -424,7 +424,10 @@ void Client::Impl::timer_loop() {
     }
     auto it = timers_.begin();
     if (it->first > Clock::now()) {
-      timer_cv_.wait_until(lk, it->first);
+      // By value: cancel() may erase this entry while we wait, and
+      // wait_until reads its deadline again after waking.
+      const auto when = it->first;
+      timer_cv_.wait_until(lk, when);
       continue;
     }
     auto task = std::move(it->second.second);
