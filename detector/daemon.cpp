@@ -110,7 +110,7 @@ void Daemon::stop() {
 void Daemon::run() {
   auto next_tick = Clock::now();
   auto next_resync = Clock::now() + config_.resync_interval;
-  auto next_prune = Clock::now() + std::chrono::seconds(10);
+  auto next_prune = Clock::now() + std::min<std::chrono::milliseconds>(std::chrono::seconds(10), config_.prune_interval);
   for (;;) {
     {
       std::unique_lock lock(mu_);
@@ -136,7 +136,7 @@ void Daemon::run() {
     }
     if (now >= next_tick) next_tick = now + config_.interval;
     if (now >= next_prune && election_->is_leader() && !config_.dry_run) {
-      next_prune = now + std::chrono::seconds(60);
+      next_prune = now + config_.prune_interval;
       try {
         if (const auto n = prune_revocation_records(*client_, config_.keep_records)) {
           log_->info("pruned {} old revocation records (keeping {})", n, config_.keep_records);

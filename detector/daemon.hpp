@@ -53,6 +53,9 @@ struct DetectorConfig {
   std::optional<DigestCredentials> credentials;
   std::string id;                       // detector id in records; default "<host>/<pid>"
   std::size_t keep_records = 1000;
+  // The leader prunes revocation records to keep_records this often (the
+  // first time after min(10 s, prune_interval)).
+  std::chrono::milliseconds prune_interval{60000};
   std::size_t max_children = 100'000;
   std::shared_ptr<spdlog::logger> log;  // default: spdlog's default logger
 };

@@ -93,6 +93,19 @@ struct LeaderElection::Core : std::enable_shared_from_this<LeaderElection::Core>
                     if (!self->current(gen)) return;
                     if (s.ok() || s.is(Errc::node_exists)) {
                       next();
+                    } else if (s.is(Errc::no_auth)) {
+                      // ZooKeeper checks CREATE on the parent before it
+                      // looks for the node: an administrator may have
+                      // created it under a parent we may not create in.
+                      self->client.exists(path, {}, [self, gen, path, next](Status st, const Stat&) {
+                        if (!self->current(gen)) return;
+                        if (st.ok()) {
+                          next();
+                        } else {
+                          self->log->warn("leader election: cannot create {}: no_auth; retrying on the next poll",
+                                          path);
+                        }
+                      });
                     } else {
                       self->log->warn("leader election: cannot create {}: {}; retrying on the next poll", path,
                                       errc_name(s.code()));

@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
 
   DetectorConfig cfg;
   cfg.metrics_port = 9464;
-  std::string interval = "1s", min_wait = "1s", session_timeout = "10s", resync = "1m";
+  std::string interval = "1s", min_wait = "1s", session_timeout = "10s", resync = "1m", prune = "1m";
   std::string policy = "youngest", mode = "wait", log_format = "text", log_level = "info";
   std::string auth, auth_file;
   app.add_option("--zk", cfg.zk, "ZooKeeper connect string host:port[,host:port...][/chroot]")->capture_default_str();
@@ -129,6 +129,8 @@ int main(int argc, char** argv) {
   app.add_option("--id", cfg.id, "Detector id written into revocation records (default host/pid)");
   app.add_option("--keep-records", cfg.keep_records, "Revocation records kept under /zklock/revocations")
       ->capture_default_str();
+  app.add_option("--prune-interval", prune, "How often the leader deletes revocation records beyond --keep-records")
+      ->check(kDuration)->capture_default_str();
   app.add_option("--resync-interval", resync, "Full re-list of the mirrored tree (safety net)")
       ->check(kDuration)->capture_default_str();
   app.add_option("--max-children", cfg.max_children, "Directories with more children are logged and skipped")
@@ -139,6 +141,7 @@ int main(int argc, char** argv) {
   cfg.min_wait = *parse_duration(min_wait);
   cfg.session_timeout = *parse_duration(session_timeout);
   cfg.resync_interval = *parse_duration(resync);
+  cfg.prune_interval = *parse_duration(prune);
   cfg.policy.policy = *zklock::detector::parse_policy(policy);
   cfg.mode = mode == "all" ? zklock::detector::RevocationMode::all : zklock::detector::RevocationMode::wait;
   if (!auth_file.empty()) {
