@@ -197,11 +197,14 @@ void Client::Impl::close_handle(Handle* h) {
   if (h == nullptr) return;
   // May block (it sends closeSession); runs pending completions with ZCLOSING.
   zookeeper_close(h->zh);
-  std::lock_guard lk(h->watches_mu);
-  for (WatchCtx* w : h->watches) {
-    free_watch_ctx(w);
+  {
+    // Scoped: the guard must unlock before `h` (and the mutex) is deleted.
+    std::lock_guard lk(h->watches_mu);
+    for (WatchCtx* w : h->watches) {
+      free_watch_ctx(w);
+    }
+    h->watches.clear();
   }
-  h->watches.clear();
   delete h;
 }
 
