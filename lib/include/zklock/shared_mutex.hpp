@@ -14,8 +14,10 @@
 //
 // Both families return a Lease with a fencing token (the node's czxid, as
 // for FairMutex), with the same loss and cancellation semantics. Several
-// readers hold at once, so a reader's token is not exclusive: a resource
-// checking tokens must treat reads as non-exclusive (docs/fencing.md).
+// readers hold at once, each with its own token: a reader's token exceeds
+// every writer token granted before it and is below every writer token
+// granted after it, but says nothing about order among readers holding
+// together. Fence writes with writer tokens.
 //
 // Not re-entrant: the same owner asking for this lock (in either mode) while
 // it holds or waits for it in this process fails with Errc::would_deadlock.
