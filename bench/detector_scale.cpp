@@ -133,6 +133,7 @@ Figures detector_at_scale(const Env& env, const Sizes& s) {
   cfg.zk = env.connect;
   cfg.root = root;
   cfg.interval = milliseconds(1000);
+  cfg.session_timeout = milliseconds(30'000);
   cfg.min_wait = milliseconds(500);
   cfg.resync_interval = std::chrono::hours(1);
   cfg.dry_run = true;  // report, never revoke: the planted cycles stay for every scan

@@ -173,6 +173,9 @@ int main(int argc, char** argv) {
     if (connect.empty()) {
       zklock::test::ZkServerOptions so;
       so.java_heap_mb = 1024;
+      // The benchmark's sessions ask for 30 s: the floor's listing storm
+      // while thousands of waiters queue must not time connections out.
+      so.max_session_timeout = std::chrono::milliseconds(60'000);
       server = std::make_unique<zklock::test::ZkServer>(so);
       std::cerr << "zklock-bench: starting ZooKeeper...\n";
       server->start();

@@ -62,10 +62,14 @@ std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
+// Long enough that the floor's listing storm while 5,000 waiters queue (each
+// lists every node ahead of it) does not time connections out.
+constexpr std::chrono::milliseconds kSessionTimeout{30'000};
+
 ClientOptions client_options(const Env& env) {
   ClientOptions o;
   o.connect = env.connect;
-  o.session_timeout = std::chrono::seconds(10);
+  o.session_timeout = kSessionTimeout;
   return o;  // resolution_delay stays at its 30 s default, like the floor
 }
 
@@ -98,14 +102,16 @@ void create_many(FloorSession& s, const std::vector<std::string>& paths) {
   if (bad != ZOK) throw std::runtime_error(std::string("create_many: ") + zerror(bad));
 }
 
-// Polls until `path` has `n` children (bounded).
-void wait_children(FloorSession& s, const std::string& path, int n, milliseconds limit) {
+// Polls until `path` has `expected()` children (bounded). `expected` may
+// shrink while waiting (enqueues that failed).
+void wait_children(FloorSession& s, const std::string& path, const std::function<int()>& expected,
+                   milliseconds limit) {
   const auto deadline = Clock::now() + limit;
   for (;;) {
     ::Stat st{};
-    if (zoo_exists(s.zh(), path.c_str(), 0, &st) == ZOK && st.numChildren >= n) return;
+    if (zoo_exists(s.zh(), path.c_str(), 0, &st) == ZOK && st.numChildren >= expected()) return;
     if (Clock::now() > deadline) {
-      throw std::runtime_error(path + ": " + std::to_string(st.numChildren) + " of " + std::to_string(n) +
+      throw std::runtime_error(path + ": " + std::to_string(st.numChildren) + " of " + std::to_string(expected()) +
                                " children after the limit");
     }
     std::this_thread::sleep_for(milliseconds(20));
@@ -183,7 +189,7 @@ Figures uncontended(const Env& env, const Sizes& s) {
   client.ensure_path(zpath, CreateMode::persistent);
   FairMutex mutex(client, zpath);
   std::optional<Lease> lease;
-  FloorSession session(env.connect);
+  FloorSession session(env.connect, kSessionTimeout);
   const auto fpath = env.root + "/uncontended-floor";
   session.ensure_path(fpath);
   FloorLock lock(session, fpath);
@@ -239,7 +245,7 @@ class ZklockContender : public Contender {
 
 class FloorContender : public Contender {
  public:
-  FloorContender(const Env& env, const std::string& path) : session_(env.connect), lock_(session_, path) {}
+  FloorContender(const Env& env, const std::string& path) : session_(env.connect, kSessionTimeout), lock_(session_, path) {}
   void acquire() override { lock_.acquire(); }
   void release() override { lock_.release(); }
 
@@ -325,7 +331,7 @@ std::pair<ContendedResult, ContendedResult> contended_pair(const Env& env, int k
   auto fl = [&] {
     const auto path = env.root + "/" + tag + "-floor";
     {
-      FloorSession s(env.connect);
+      FloorSession s(env.connect, kSessionTimeout);
       s.ensure_path(path);
     }
     std::vector<std::unique_ptr<Contender>> cs;
@@ -411,8 +417,8 @@ DrainResult drain_zklock(const Env& env, int n, int sessions) {
         },
         o);
   }
-  FloorSession probe(env.connect);
-  wait_children(probe, path, n + 1, milliseconds(300'000));
+  FloorSession probe(env.connect, kSessionTimeout);
+  wait_children(probe, path, [&] { return n + 1 - errors.load(); }, milliseconds(300'000));
   settle(env);
   DrainResult r;
   const auto m0 = Traffic::from(env.mntr());
@@ -430,12 +436,12 @@ DrainResult drain_floor(const Env& env, int n, int sessions) {
   const auto path = env.root + "/drain" + std::to_string(n) + "-floor";
   Latch latch(n);  // declared before the sessions: their callbacks use it
   std::atomic<int> errors{0}, inside{0}, violations{0};
-  FloorSession holder_session(env.connect);
+  FloorSession holder_session(env.connect, kSessionTimeout);
   holder_session.ensure_path(path);
   FloorLock holder(holder_session, path);
   holder.acquire();
   std::vector<std::unique_ptr<FloorSession>> ss;
-  for (int i = 0; i < sessions; ++i) ss.push_back(std::make_unique<FloorSession>(env.connect));
+  for (int i = 0; i < sessions; ++i) ss.push_back(std::make_unique<FloorSession>(env.connect, kSessionTimeout));
   for (int i = 0; i < n; ++i) {
     FloorSession* s = ss[static_cast<std::size_t>(i % sessions)].get();
     floor_acquire_async(*s, path, [&, s](int rc, const std::string& node) {
@@ -449,7 +455,7 @@ DrainResult drain_floor(const Env& env, int n, int sessions) {
       floor_release_async(*s, node, [&](int) { latch.count_down(); });
     });
   }
-  wait_children(holder_session, path, n + 1, milliseconds(300'000));
+  wait_children(holder_session, path, [&] { return n + 1 - errors.load(); }, milliseconds(300'000));
   settle(env);
   DrainResult r;
   const auto m0 = Traffic::from(env.mntr());
@@ -522,7 +528,7 @@ PipeResult pipe_zklock(const Env& env, int n) {
   const auto base = env.root + "/pipelined-zklock";
   auto paths = lock_paths(base, n);
   {
-    FloorSession s(env.connect);
+    FloorSession s(env.connect, kSessionTimeout);
     s.ensure_path(env.root);
     create_many(s, paths);
   }
@@ -570,7 +576,7 @@ PipeResult pipe_floor(const Env& env, int n) {
   std::vector<std::string> nodes(static_cast<std::size_t>(n));
   std::atomic<int> errors{0};
   Latch acquired(n), released(n);  // declared before the session: its callbacks use them
-  FloorSession s(env.connect);
+  FloorSession s(env.connect, kSessionTimeout);
   s.ensure_path(env.root);
   create_many(s, paths);
   settle(env);
@@ -625,7 +631,7 @@ Figures pipelined(const Env& env, const Sizes& s) {
 // replace (same session, same server, no library): explains the cycle figures.
 Figures op_costs(const Env& env, const Sizes& s) {
   const int n = std::max(50, s.uncontended_cycles / 5);
-  FloorSession fs(env.connect);
+  FloorSession fs(env.connect, kSessionTimeout);
   const auto path = env.root + "/ops";
   fs.ensure_path(path);
   zhandle_t* zh = fs.zh();
