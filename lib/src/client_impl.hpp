@@ -28,6 +28,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <spdlog/spdlog.h>
@@ -63,6 +64,8 @@ struct Handle {
   Clock::time_point started;
   std::mutex watches_mu;
   std::unordered_set<WatchCtx*> watches;  // GUARDED_BY(watches_mu)
+  // Requests in flight: op context → "fail with ZCLOSING and free it".
+  std::unordered_map<const void*, std::function<void()>> pending;  // GUARDED_BY(watches_mu)
 };
 
 struct Client::Impl {

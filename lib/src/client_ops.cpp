@@ -57,11 +57,23 @@ struct OpCtx : OpBase {
   Fn done;
 };
 
+// Every request in flight is registered with its handle, so that one the C
+// client never completes (zookeeper_close drops requests still queued) is
+// failed with ZCLOSING and freed by close_handle: each callback runs once.
+void untrack(Handle* h, const void* ctx) {
+  std::lock_guard lk(h->watches_mu);
+  h->pending.erase(ctx);
+}
+
+template <class Ctx>
+void track(Handle* h, Ctx* ctx, const std::function<void(int)>& fail);
+
 // Common prologue of every completion: freshness bookkeeping, dropping a
 // watch the server did not register, and the callback scope.
 template <class Ctx>
 std::unique_ptr<Ctx> begin_completion(const void* data, int rc, bool watch_registered) {
   std::unique_ptr<Ctx> ctx(static_cast<Ctx*>(const_cast<void*>(data)));
+  untrack(ctx->h, ctx.get());
   if (server_answered(rc)) ctx->impl->note_ack(ctx->h, ctx->sent);
   if (ctx->watch != nullptr && !watch_registered) {
     std::lock_guard lk(ctx->h->watches_mu);
@@ -73,11 +85,21 @@ std::unique_ptr<Ctx> begin_completion(const void* data, int rc, bool watch_regis
 // For a request the C client refused: nothing will complete it.
 template <class Ctx>
 void drop_unsent(Ctx* ctx) {
+  untrack(ctx->h, ctx);
   if (ctx->watch != nullptr) {
     std::lock_guard lk(ctx->h->watches_mu);
     if (ctx->h->watches.erase(ctx->watch) > 0) free_watch_ctx(ctx->watch);
   }
   delete ctx;
+}
+
+template <class Ctx>
+void track(Handle* h, Ctx* ctx, const std::function<void(int)>& fail) {
+  std::lock_guard lk(h->watches_mu);
+  h->pending.emplace(ctx, [ctx, fail] {
+    fail(ZCLOSING);
+    drop_unsent(ctx);
+  });
 }
 
 template <class Fn>
@@ -149,9 +171,11 @@ using CreateDone = std::function<void(Status, const std::string&, const Stat&)>;
 void Client::Impl::create(std::string path, std::string data, CreateMode mode, CreateDone done) {
   using Ctx = OpCtx<CreateDone>;
   auto shared_done = std::make_shared<CreateDone>(std::move(done));
+  std::function<void(int)> fail = [shared_done](int rc) { (*shared_done)(Status{rc}, "", Stat{}); };
   issue(
       [&](zhandle_t* zh, Handle* h) {
         auto* ctx = new Ctx{{this, h, Clock::now(), nullptr}, *shared_done};
+        track(h, ctx, fail);
         const int rc = zoo_acreate2(
             zh, path.c_str(), data.data(), static_cast<int>(data.size()), acl(), to_zoo_mode(mode),
             [](int rc, const char* value, const ::Stat* st, const void* d) noexcept {
@@ -163,16 +187,18 @@ void Client::Impl::create(std::string path, std::string data, CreateMode mode, C
         if (rc != ZOK) drop_unsent(ctx);
         return rc;
       },
-      [shared_done](int rc) { (*shared_done)(Status{rc}, "", Stat{}); });
+      fail);
 }
 
 using ChildrenDone = std::function<void(Status, std::vector<std::string>)>;
 void Client::Impl::get_children(std::string path, Watcher watch, ChildrenDone done) {
   using Ctx = OpCtx<ChildrenDone>;
   auto shared_done = std::make_shared<ChildrenDone>(std::move(done));
+  std::function<void(int)> fail = [shared_done](int rc) { (*shared_done)(Status{rc}, {}); };
   issue(
       [&](zhandle_t* zh, Handle* h) {
         auto* ctx = new Ctx{{this, h, Clock::now(), arm_watch(h, std::move(watch))}, *shared_done};
+        track(h, ctx, fail);
         const int rc = zoo_awget_children(
             zh, path.c_str(), ctx->watch ? watch_trampoline : nullptr, ctx->watch,
             [](int rc, const String_vector* sv, const void* d) noexcept {
@@ -189,16 +215,18 @@ void Client::Impl::get_children(std::string path, Watcher watch, ChildrenDone do
         if (rc != ZOK) drop_unsent(ctx);
         return rc;
       },
-      [shared_done](int rc) { (*shared_done)(Status{rc}, {}); });
+      fail);
 }
 
 using StatDone = std::function<void(Status, const Stat&)>;
 void Client::Impl::exists(std::string path, Watcher watch, StatDone done) {
   using Ctx = OpCtx<StatDone>;
   auto shared_done = std::make_shared<StatDone>(std::move(done));
+  std::function<void(int)> fail = [shared_done](int rc) { (*shared_done)(Status{rc}, Stat{}); };
   issue(
       [&](zhandle_t* zh, Handle* h) {
         auto* ctx = new Ctx{{this, h, Clock::now(), arm_watch(h, std::move(watch))}, *shared_done};
+        track(h, ctx, fail);
         const int rc = zoo_awexists(
             zh, path.c_str(), ctx->watch ? watch_trampoline : nullptr, ctx->watch,
             [](int rc, const ::Stat* st, const void* d) noexcept {
@@ -211,16 +239,18 @@ void Client::Impl::exists(std::string path, Watcher watch, StatDone done) {
         if (rc != ZOK) drop_unsent(ctx);
         return rc;
       },
-      [shared_done](int rc) { (*shared_done)(Status{rc}, Stat{}); });
+      fail);
 }
 
 using GetDone = std::function<void(Status, std::string, const Stat&)>;
 void Client::Impl::get(std::string path, Watcher watch, GetDone done) {
   using Ctx = OpCtx<GetDone>;
   auto shared_done = std::make_shared<GetDone>(std::move(done));
+  std::function<void(int)> fail = [shared_done](int rc) { (*shared_done)(Status{rc}, std::string(), Stat{}); };
   issue(
       [&](zhandle_t* zh, Handle* h) {
         auto* ctx = new Ctx{{this, h, Clock::now(), arm_watch(h, std::move(watch))}, *shared_done};
+        track(h, ctx, fail);
         const int rc = zoo_awget(
             zh, path.c_str(), ctx->watch ? watch_trampoline : nullptr, ctx->watch,
             [](int rc, const char* value, int len, const ::Stat* st, const void* d) noexcept {
@@ -234,15 +264,17 @@ void Client::Impl::get(std::string path, Watcher watch, GetDone done) {
         if (rc != ZOK) drop_unsent(ctx);
         return rc;
       },
-      [shared_done](int rc) { (*shared_done)(Status{rc}, std::string(), Stat{}); });
+      fail);
 }
 
 void Client::Impl::set_data(std::string path, std::string data, int version, StatDone done) {
   using Ctx = OpCtx<StatDone>;
   auto shared_done = std::make_shared<StatDone>(std::move(done));
+  std::function<void(int)> fail = [shared_done](int rc) { (*shared_done)(Status{rc}, Stat{}); };
   issue(
       [&](zhandle_t* zh, Handle* h) {
         auto* ctx = new Ctx{{this, h, Clock::now(), nullptr}, *shared_done};
+        track(h, ctx, fail);
         const int rc = zoo_aset(
             zh, path.c_str(), data.data(), static_cast<int>(data.size()), version,
             [](int rc, const ::Stat* st, const void* d) noexcept {
@@ -254,16 +286,18 @@ void Client::Impl::set_data(std::string path, std::string data, int version, Sta
         if (rc != ZOK) drop_unsent(ctx);
         return rc;
       },
-      [shared_done](int rc) { (*shared_done)(Status{rc}, Stat{}); });
+      fail);
 }
 
 using VoidDone = std::function<void(Status)>;
 void Client::Impl::remove(std::string path, int version, VoidDone done) {
   using Ctx = OpCtx<VoidDone>;
   auto shared_done = std::make_shared<VoidDone>(std::move(done));
+  std::function<void(int)> fail = [shared_done](int rc) { (*shared_done)(Status{rc}); };
   issue(
       [&](zhandle_t* zh, Handle* h) {
         auto* ctx = new Ctx{{this, h, Clock::now(), nullptr}, *shared_done};
+        track(h, ctx, fail);
         const int rc = zoo_adelete(
             zh, path.c_str(), version,
             [](int rc, const void* d) noexcept {
@@ -275,7 +309,7 @@ void Client::Impl::remove(std::string path, int version, VoidDone done) {
         if (rc != ZOK) drop_unsent(ctx);
         return rc;
       },
-      [shared_done](int rc) { (*shared_done)(Status{rc}); });
+      fail);
 }
 
 namespace {
@@ -292,6 +326,7 @@ struct MultiCtx : OpBase {
 
 void Client::Impl::multi(std::vector<Op> ops, MultiDone done) {
   auto shared_done = std::make_shared<MultiDone>(std::move(done));
+  std::function<void(int)> fail = [shared_done](int rc) { (*shared_done)(Status{rc}, {}); };
   issue(
       [&](zhandle_t* zh, Handle* h) {
         auto* ctx = new MultiCtx;
@@ -300,6 +335,7 @@ void Client::Impl::multi(std::vector<Op> ops, MultiDone done) {
         ctx->sent = Clock::now();
         ctx->done = *shared_done;
         ctx->ops = std::move(ops);
+        track(h, ctx, fail);
         const auto n = ctx->ops.size();
         ctx->zops.resize(n);
         ctx->results.resize(n);
@@ -338,7 +374,7 @@ void Client::Impl::multi(std::vector<Op> ops, MultiDone done) {
         if (rc != ZOK) drop_unsent(ctx);
         return rc;
       },
-      [shared_done](int rc) { (*shared_done)(Status{rc}, {}); });
+      fail);
 }
 
 namespace {

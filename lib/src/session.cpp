@@ -167,18 +167,17 @@ void Client::Impl::start() {
   zk_c_logger() = log;
   timer_thread_ = std::thread([this] { timer_loop(); });
   user_thread_ = std::thread([this] { callback_loop(); });
-  Handle* h = nullptr;
   try {
-    h = open_handle();
+    // Opened under the exclusive lock: the first session event may arrive
+    // before zookeeper_init2 returns, and must find this handle current.
+    std::unique_lock lk(handle_mu_);
+    Handle* h = open_handle();
+    handle_ = h;
+    epoch_.store(h->epoch);
   } catch (...) {
     shutdown();
     throw;
   }
-  {
-    std::unique_lock lk(handle_mu_);
-    handle_ = h;
-  }
-  epoch_.store(h->epoch);
   std::unique_lock lk(mu_);
   const bool up = state_cv_.wait_for(lk, opts.connect_timeout, [&] { return has_session_; });
   const bool auth_failed = !up && state_ == ConnectionState::lost;
@@ -197,12 +196,21 @@ void Client::Impl::close_handle(Handle* h) {
   if (h == nullptr) return;
   // May block (it sends closeSession); runs pending completions with ZCLOSING.
   zookeeper_close(h->zh);
+  // Requests the C client dropped without completing them (still queued at
+  // close) fail now, once each, with ZCLOSING.
+  std::unordered_map<const void*, std::function<void()>> pending;
   {
-    // Scoped: the guard must unlock before `h` (and the mutex) is deleted.
     std::lock_guard lk(h->watches_mu);
-    for (WatchCtx* w : h->watches) {
-      free_watch_ctx(w);
-    }
+    pending.swap(h->pending);
+  }
+  for (auto& [ctx, fail] : pending) {
+    CallbackScope scope(h->epoch);
+    fail();
+  }
+  {
+    // Scoped: the guard must unlock before `h` (and its mutex) is deleted.
+    std::lock_guard lk(h->watches_mu);
+    for (WatchCtx* w : h->watches) free_watch_ctx(w);
     h->watches.clear();
   }
   delete h;
@@ -360,20 +368,17 @@ void Client::Impl::check_validity(std::uint64_t epoch) {
 
 void Client::Impl::replace_session() {
   if (closing_) return;
-  Handle* fresh = nullptr;
+  Handle* old = nullptr;
   try {
-    fresh = open_handle();
+    std::unique_lock lk(handle_mu_);  // see start(): events must find the new handle current
+    Handle* fresh = open_handle();
+    old = handle_;
+    handle_ = fresh;
+    epoch_.store(fresh->epoch);
   } catch (const std::exception& e) {
     log->error("cannot start a new zookeeper session: {}; retrying in 1 s", e.what());
     schedule_at(Clock::now() + 1s, [this] { replace_session(); });
     return;
-  }
-  Handle* old = nullptr;
-  {
-    std::unique_lock lk(handle_mu_);
-    old = handle_;
-    handle_ = fresh;
-    epoch_.store(fresh->epoch);
   }
   {
     std::lock_guard lk(mu_);
