@@ -571,6 +571,19 @@ void LockAttempt::own_node_gone_locked() {
     if (st.ok()) {
       auto rec = decode_revocation_record(record);
       detail = rec ? revocation_message(*rec) : "revoked (unreadable record: " + record.substr(0, 200) + ")";
+    } else if (!st.is(Errc::no_node)) {
+      // No answer: typically the server expired our session (deleting the
+      // node, and notifying us before it closed the connection). Without a
+      // record we cannot call it a revocation; the session event decides.
+      std::lock_guard lk2(self->mu_);
+      if (self->phase_ == Phase::held && st.is(Errc::session_expired)) {
+        self->lose(LossReason::session_expired, "the ZooKeeper session expired");
+      } else if ((self->phase_ == Phase::creating || self->phase_ == Phase::waiting) &&
+                 st.is(Errc::session_expired)) {
+        self->fail(Error(Errc::session_expired,
+                         "the ZooKeeper session expired while waiting for " + self->req_.lock_path));
+      }
+      return;
     }
     std::lock_guard lk2(self->mu_);
     if (self->phase_ == Phase::held) {

@@ -1,7 +1,10 @@
 #include "zklock/node_data.hpp"
 
+#include <cstdint>
+
 #include <nlohmann/json.hpp>
 
+#include "json_int.hpp"
 #include "zklock/error.hpp"
 
 namespace zklock {
@@ -50,12 +53,17 @@ std::optional<NodeData> decode_node_data(std::string_view bytes) noexcept {
     NodeData d;
     d.owner = j.at("owner").get<std::string>();
     d.host = j.value("host", "");
-    d.pid = j.value("pid", std::int64_t{0});
+    std::int64_t pid = 0, priority = 0;
+    if (!detail::read_int_field(j, "pid", 0, INT64_MAX, pid) ||
+        !detail::read_int_field(j, "priority", INT32_MIN, INT32_MAX, priority)) {
+      return std::nullopt;
+    }
+    d.pid = pid;
     const auto mode = j.value("mode", std::string("exclusive"));
     if (mode == "exclusive") d.mode = Mode::exclusive;
     else if (mode == "shared") d.mode = Mode::shared;
     else return std::nullopt;
-    d.priority = j.value("priority", 0);
+    d.priority = static_cast<int>(priority);
     d.description = j.value("description", "");
     if (d.owner.empty()) return std::nullopt;
     return d;

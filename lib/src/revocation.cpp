@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_int.hpp"
 #include "zklock/error.hpp"
 #include "zklock/node_name.hpp"
 
@@ -65,7 +66,12 @@ std::optional<RevocationRecord> decode_revocation_record(std::string_view bytes)
     const auto j = nlohmann::json::parse(bytes);
     if (!j.is_object()) return std::nullopt;
     RevocationRecord r;
-    r.version = j.value("version", 1);
+    std::int64_t version = 1, time_ms = 0;
+    if (!detail::read_int_field(j, "version", INT32_MIN, INT32_MAX, version) ||
+        !detail::read_int_field(j, "time", 0, INT64_MAX, time_ms)) {
+      return std::nullopt;
+    }
+    r.version = static_cast<int>(version);
     r.victim_node = j.at("victim_node").get<std::string>();
     if (r.victim_node.empty()) return std::nullopt;
     r.victim_owner = j.value("victim_owner", "");
@@ -73,7 +79,7 @@ std::optional<RevocationRecord> decode_revocation_record(std::string_view bytes)
     r.policy = j.value("policy", "");
     r.mode = j.value("mode", "");
     r.detector = j.value("detector", "");
-    r.time_ms = j.value("time", std::int64_t{0});
+    r.time_ms = time_ms;
     r.reason = j.value("reason", "");
     if (j.contains("cycle")) {
       const auto& c = j.at("cycle");
