@@ -606,6 +606,100 @@ TEST(DetectorE2E, EachPolicyRevokesTheExpectedRealOwner) {
   }
 }
 
+// A 3-cycle, a disjoint 2-cycle and a self-loop (one owner id on two
+// sessions: the re-entry check is per Client, as it would be across two
+// processes), all of real locks, broken in one scan.
+TEST(DetectorE2E, ThreeCycleTwoCycleAndSelfLoopOfRealLocksBrokenInOneScan) {
+  const auto zk = test::shared_server().connect_string();
+  const auto root = test::unique_path("e2e-many");
+  auto l = [&](const char* name) { return root + "/" + name; };
+  auto cfg = config(zk, root, "e2e-many");
+  Daemon d(cfg);  // scanned by hand: one scan must see all three
+  ASSERT_TRUE(d.election().wait_leader(10s));
+  std::deque<Client> clients;
+  auto actor = [&](std::deque<Actor>& out, const std::string& owner) -> Actor& {
+    return out.emplace_back(clients.emplace_back(session(zk)), owner);
+  };
+  std::deque<Actor> actors;
+  Actor &a = actor(actors, "A"), &b = actor(actors, "B"), &c = actor(actors, "C");
+  Actor &p = actor(actors, "P"), &q = actor(actors, "Q");
+  Actor &s1 = actor(actors, "S"), &s2 = actor(actors, "S");
+  a.hold(l("a"));
+  b.hold(l("b"));
+  c.hold(l("c"));
+  auto a_waits = a.enqueue(l("b"));
+  auto b_waits = b.enqueue(l("c"));
+  auto c_waits = c.enqueue(l("a"));
+  p.hold(l("p"));
+  q.hold(l("q"));
+  auto p_waits = p.enqueue(l("q"));
+  auto q_waits = q.enqueue(l("p"));
+  s1.hold(l("s"));
+  auto s_waits = s2.enqueue(l("s"));
+  const auto closed = Clock::now();
+
+  ASSERT_TRUE(eventually([&] { return d.mirror().stats().nodes == 12 && d.mirror().idle(); }, 10s));
+  std::this_thread::sleep_until(closed + cfg.min_wait + 50ms);  // every wait old enough to count
+  const auto reports = d.scan_once();
+  ASSERT_EQ(reports.size(), 3u);
+  std::set<std::string> victims;
+  for (const auto& r : reports) {
+    EXPECT_EQ(r.outcome, "revoked") << r.text << ": " << r.detail;
+    victims.insert(r.victim.owner);
+    print_report(r, cfg, "one scan");
+  }
+  EXPECT_EQ(victims, (std::set<std::string>{"C", "Q", "S"}));
+
+  const auto bound = latency_bound(cfg.min_wait, cfg.interval);
+  expect_victim(c_waits, closed, "A -[" + l("b") + "]-> B -[" + l("c") + "]-> C -[" + l("a") + "]-> A", bound,
+                "3-cycle");
+  expect_victim(q_waits, closed, "P -[" + l("q") + "]-> Q -[" + l("p") + "]-> P", bound, "2-cycle");
+  expect_victim(s_waits, closed, "S -[" + l("s") + "]-> S", bound, "self-loop");
+  // The others proceed once the victims back off.
+  c.release_all();
+  expect_granted(b_waits, "B");
+  b.keep(b_waits);
+  b.release_all();
+  expect_granted(a_waits, "A");
+  q.release_all();
+  expect_granted(p_waits, "P");
+  EXPECT_TRUE(d.scan_once().empty());
+}
+
+// The race, with real locks: between the snapshot and the multi, alice
+// gives up x on her own (the cycle dissolves and bob is granted x). The
+// multi's checks fail: nothing is revoked, the attempt is counted aborted.
+TEST(DetectorE2E, ACycleOfRealLocksThatDissolvesBeforeTheMultiIsNotRevoked) {
+  const auto zk = test::shared_server().connect_string();
+  const auto root = test::unique_path("e2e-race");
+  auto cfg = config(zk, root, "e2e-race");
+  Daemon d(cfg);
+  ASSERT_TRUE(d.election().wait_leader(10s));
+  Client ca(session(zk)), cb(session(zk));
+  Actor a(ca, "alice"), b(cb, "bob");
+  auto c = cross_order(a, b, root + "/x", root + "/y");
+  ASSERT_TRUE(eventually([&] { return d.mirror().stats().nodes == 4 && d.mirror().idle(); }, 10s));
+  std::this_thread::sleep_until(c.closed + cfg.min_wait + 50ms);
+  std::string released;
+  d.before_revoke = [&](const Cycle&) {
+    released = a.leases()[0].node_path();
+    a.leases()[0].release();  // alice's hold on x ends: bob's wait is granted
+  };
+  const auto reports = d.scan_once();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].outcome, "aborted") << reports[0].detail;
+  EXPECT_EQ(d.metrics().aborted(), 1u);
+  EXPECT_EQ(d.metrics().revocations("revoked"), 0u);
+  expect_granted(c.b_waits, "bob, once alice let go of x");
+  b.keep(c.b_waits);
+  EXPECT_FALSE(read_revocation_record(ca, b.leases().back().node_path()));  // bob's (ex-)waiting node
+  EXPECT_FALSE(read_revocation_record(ca, released));
+  b.release_all();
+  expect_granted(c.a_waits, "alice");
+  std::printf("[ race     ] dissolved cycle: outcome %s, aborted attempts counted %llu\n", reports[0].outcome.c_str(),
+              static_cast<unsigned long long>(d.metrics().aborted()));
+}
+
 // R1 holds X (shared) and waits for Y; W waits for X behind R1; R2 holds Y
 // (shared) and waits for X behind W: R2 -> W is a soft edge (queue order).
 TEST(DetectorE2E, ReadWriteSoftEdgeCycleWithFairSharedMutex) {
