@@ -35,6 +35,7 @@
 
 #include "cli/commands.hpp"
 #include "zklock/fair_mutex.hpp"
+#include "zklock/shared_mutex.hpp"
 #include "zklock/revocation.hpp"
 
 extern char** environ;
@@ -197,10 +198,6 @@ int run_exec(const GlobalOptions& g, const ExecOptions& o) {
   if (!o.timeout.empty()) timeout = std::max(parse_duration(o.timeout), milliseconds(1));
   const milliseconds grace = parse_duration(o.grace);
   if (o.command.empty()) throw CliError(exit_code::usage, "exec: missing CMD (zklock exec LOCK -- CMD [ARGS...])");
-  if (o.shared) {
-    throw CliError(exit_code::failure, "exec --shared is not yet supported (the shared lock is not in this build)");
-  }
-
   SignalChannel signals;  // before the client starts its threads
   auto client = connect(g);
   std::string owner = o.owner;
@@ -212,19 +209,23 @@ int run_exec(const GlobalOptions& g, const ExecOptions& o) {
   // --- wait for the lock ---
   auto st = std::make_shared<ExecState>();
   std::stop_source cancel;
-  FairMutex mutex(*client, lock_path);
   AcquireOptions acquire;
   acquire.owner = owner;
   acquire.description = "zklock exec " + o.command.front();
-  mutex.acquire_async(
-      [st](AcquireResult r) {
-        {
-          std::lock_guard lk(st->mu);
-          st->result = std::move(r);
-        }
-        st->notify();
-      },
-      acquire, timeout.value_or(milliseconds::zero()), cancel.get_token());
+  AcquireCallback on_result = [st](AcquireResult r) {
+    {
+      std::lock_guard lk(st->mu);
+      st->result = std::move(r);
+    }
+    st->notify();
+  };
+  if (o.shared) {
+    FairSharedMutex(*client, lock_path)
+        .acquire_shared_async(std::move(on_result), acquire, timeout.value_or(milliseconds::zero()), cancel.get_token());
+  } else {
+    FairMutex(*client, lock_path)
+        .acquire_async(std::move(on_result), acquire, timeout.value_or(milliseconds::zero()), cancel.get_token());
+  }
 
   int interrupted = 0;  // the signal that cancelled the wait
   // (a plain time_point: GCC 12 misreports std::optional<time_point> as maybe-uninitialized)
@@ -338,7 +339,7 @@ void set_exec_command(CLI::App* app, Context& ctx) {
       "forwarded to CMD.");
   sub->add_option("lock", opts->lock, "The lock (absolute, or relative to --root)")->required();
   sub->add_option("command", opts->command, "CMD [ARGS...]; put it after '--' when it has options")->required();
-  sub->add_flag("--shared", opts->shared, "Take the lock in shared mode (not yet supported)");
+  sub->add_flag("--shared", opts->shared, "Take the lock in shared mode (a reader: many may hold it at once)");
   sub->add_option("--timeout", opts->timeout, "Give up (exit 75) if not granted within D; default: wait indefinitely");
   sub->add_option("--owner", opts->owner,
                   "Owner id for the wait-for graph; default: $ZKLOCK_OWNER, else <host>/<pid> (exported to CMD)");

@@ -548,6 +548,27 @@ TEST_F(CliTest, ExecTimeoutExits75) {
   ASSERT_TRUE(holder.wait_exit(20s));
 }
 
+TEST_F(CliTest, ExecSharedHoldersRunTogetherAndExcludeAWriter) {
+  const auto gate = dir_ / "shared-gate";
+  // Two readers hold at once: both print before either is let go.
+  auto& r1 = exec_background("rw", "echo reading; " + wait_gate(gate), {"--shared", "--owner", "reader-1"});
+  auto& r2 = exec_background("rw", "echo reading; " + wait_gate(gate), {"--shared", "--owner", "reader-2"});
+  ASSERT_TRUE(r1.read_until("reading", 20s));
+  ASSERT_TRUE(r2.read_until("reading", 20s));
+  // A writer cannot get in while they hold.
+  const auto w = zklock({"exec", "rw", "--timeout", "300ms", "--", "sh", "-c", "echo wrote"});
+  EXPECT_EQ(w.code, 75) << w.describe();
+  const auto q = queue_json("rw");
+  ASSERT_EQ(q["nodes"].size(), 2u);
+  for (const auto& n : q["nodes"]) EXPECT_EQ(n["mode"], "shared");
+  open_gate(gate);
+  ASSERT_TRUE(r1.wait_exit(20s));
+  ASSERT_TRUE(r2.wait_exit(20s));
+  const auto w2 = zklock({"exec", "rw", "--timeout", "5s", "--", "sh", "-c", "echo wrote"});
+  EXPECT_EQ(w2.code, 0) << w2.describe();
+  EXPECT_NE(w2.out.find("wrote"), std::string::npos);
+}
+
 TEST_F(CliTest, ExecLostLockTerminatesCmdAndExits74) {
   const auto pidfile = dir_ / "pid";
   auto& child = exec_background("lost", "echo $$ > '" + pidfile.string() + "'; echo running; exec sleep 300");
