@@ -146,6 +146,7 @@ struct ListingBatch {
   std::mutex mu;
   std::vector<std::pair<std::weak_ptr<LockAttempt>, std::uint64_t>> waiting;  // GUARDED_BY(mu)
   bool scheduled = false;                                                      // GUARDED_BY(mu)
+  int inflight = 0;  // listings sent and not yet answered                      GUARDED_BY(mu)
 };
 
 namespace {
@@ -197,18 +198,34 @@ void LockAttempt::flush_batch(Client::Impl* impl, std::shared_ptr<ListingBatch> 
   auto waiting = std::move(batch->waiting);
   batch->waiting.clear();
   batch->scheduled = false;
-  forget_batch(impl, path, batch);  // a later create starts a new batch
-  if (waiting.empty()) return;
-  auto shared_waiting = std::make_shared<decltype(waiting)>(std::move(waiting));
-  impl->get_children(path, nullptr, [impl, path, shared_waiting](Status st, std::vector<std::string> children) {
+  if (!waiting.empty()) {
+    issue_listing(impl, batch, std::move(path), std::move(waiting));
+  } else if (batch->inflight == 0) {
+    forget_batch(impl, path, batch);
+  }
+}
+
+// REQUIRES batch->mu. One get_children serving every attempt in `waiting`.
+void LockAttempt::issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std::string path,
+                                std::vector<std::pair<std::weak_ptr<LockAttempt>, std::uint64_t>> waiting) {
+  ++batch->inflight;
+  auto served = std::make_shared<decltype(waiting)>(std::move(waiting));
+  impl->get_children(path, nullptr, [impl, path, batch, served](Status st, std::vector<std::string> children) {
+    {
+      std::lock_guard lk(batch->mu);
+      if (--batch->inflight == 0 && !batch->scheduled && batch->waiting.empty()) forget_batch(impl, path, batch);
+    }
     auto listing = parse_listing(st, std::move(children), *impl->log, path);
-    for (auto& [weak, gen] : *shared_waiting) {
+    for (auto& [weak, gen] : *served) {
       if (auto a = weak.lock()) a->on_listing(listing, gen);
     }
   });
 }
 
-// REQUIRES mu_. Enrolls for the next batched listing of our lock path.
+// REQUIRES mu_. Gets a listing issued after our create (if any). With no
+// listing of this lock in flight, it goes out at once, right behind the
+// create (the uncontended path: no thread hop). Otherwise we join the next
+// batch, which the timer thread sends as one request for everyone enrolled.
 void LockAttempt::list_soon(bool with_create) {
   auto batch = batch_for(impl_, req_.lock_path);
   std::lock_guard lk(batch->mu);
@@ -220,6 +237,10 @@ void LockAttempt::list_soon(bool with_create) {
                   [self, gen](Status st, const std::string& path, const Stat& stat) {
                     self->on_created(st, path, stat, gen);
                   });
+  }
+  if (!batch->scheduled && batch->inflight == 0) {
+    issue_listing(impl_, batch, req_.lock_path, {{weak_from_this(), gen}});
+    return;
   }
   batch->waiting.emplace_back(weak_from_this(), gen);
   if (!batch->scheduled) {
