@@ -14,6 +14,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/lock_tree.hpp"
+#include "detector/wait_for_graph.hpp"
 
 namespace zklock::cli {
 namespace {
@@ -23,18 +24,7 @@ struct GraphOptions {
   std::string format = "text";
 };
 
-std::string dot_quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
+using detector::dot_quote;
 
 nlohmann::json wait_json(const detector::Wait& w) {
   return {{"waiter", w.waiter},           {"blocker", w.blocker},

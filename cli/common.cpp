@@ -120,23 +120,10 @@ std::string format_duration(milliseconds d) {
 // --- paths -------------------------------------------------------------------
 
 void validate_path(std::string_view path) {
-  auto fail = [&](const char* why) {
-    throw CliError(exit_code::usage, "invalid path '" + std::string(path.substr(0, 200)) + "': " + why);
-  };
-  if (path.empty() || path[0] != '/') fail("must be absolute (start with '/')");
-  if (path == "/") return;
-  if (path.back() == '/') fail("trailing '/'");
-  std::size_t start = 1;
-  while (start <= path.size()) {
-    auto end = path.find('/', start);
-    if (end == std::string_view::npos) end = path.size();
-    const auto comp = path.substr(start, end - start);
-    if (comp.empty()) fail("empty component ('//')");
-    if (comp == "." || comp == "..") fail("'.' and '..' components are not allowed");
-    for (unsigned char c : comp) {
-      if (c < 0x20 || c == 0x7f) fail("control character");
-    }
-    start = end + 1;
+  try {
+    zklock::validate_path_syntax(path, "path");
+  } catch (const zklock::Error& e) {
+    throw CliError(exit_code::usage, e.what());
   }
 }
 

@@ -23,6 +23,8 @@ nlohmann::json wait_json(const Wait& w) {
           {"blocker_node", w.blocker_node}, {"kind", std::string(edge_kind_name(w.kind))}};
 }
 
+}  // namespace
+
 std::string dot_quote(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
@@ -37,7 +39,6 @@ std::string dot_quote(std::string_view s) {
   return out;
 }
 
-}  // namespace
 
 std::string_view edge_kind_name(EdgeKind k) noexcept { return k == EdgeKind::soft ? "soft" : "hard"; }
 

@@ -95,4 +95,7 @@ class WaitForGraph {
   std::unordered_map<std::string, std::size_t> edge_keys_;  // dedup
 };
 
+// A Graphviz double-quoted ID for `s` (quotes, backslashes, newlines escaped).
+std::string dot_quote(std::string_view s);
+
 }  // namespace zklock::detector

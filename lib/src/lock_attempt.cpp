@@ -846,4 +846,22 @@ void LockAttempt::on_lost(std::function<void(LossReason, const std::string&)> cb
   lost_cbs_.push_back(std::move(cb));
 }
 
+Lease take_lease(AcquireResult result) {
+  if (result.error) throw std::move(*result.error);
+  return std::move(result.lease);
+}
+
+std::optional<Lease> take_lease_unless_timeout(AcquireResult result) {
+  if (result.error && result.error->code() == Errc::timeout) return std::nullopt;
+  return take_lease(std::move(result));
+}
+
+void start_async(Client& client, AttemptRequest request, AcquireCallback done) {
+  auto impl = client.impl();
+  LockAttempt::start(client, std::move(request), [impl, done = std::move(done)](AcquireResult r) mutable {
+    auto shared = std::make_shared<AcquireResult>(std::move(r));
+    impl->post_user([done, shared]() mutable { done(std::move(*shared)); });
+  });
+}
+
 }  // namespace zklock::detail

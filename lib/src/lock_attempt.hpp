@@ -160,4 +160,14 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   std::shared_ptr<LockAttempt> pending_self_;
 };
 
+// --- shared by the front ends (FairMutex, FairSharedMutex, MultiLock) ---
+// The lease, or the error thrown.
+Lease take_lease(AcquireResult result);
+// Nullopt for a timeout; otherwise as take_lease.
+std::optional<Lease> take_lease_unless_timeout(AcquireResult result);
+// Starts an acquisition whose outcome goes to `done` on the client's callback
+// thread (the core's own callback runs under its state lock on ZooKeeper's
+// thread, where user code must not run).
+void start_async(Client& client, AttemptRequest request, AcquireCallback done);
+
 }  // namespace zklock::detail

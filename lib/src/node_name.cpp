@@ -103,13 +103,13 @@ std::pair<std::string, std::string> split_path(std::string_view path) {
   return {parent, std::string(path.substr(slash + 1))};
 }
 
-void validate_lock_path(std::string_view path) {
+void validate_path_syntax(std::string_view path, std::string_view what) {
   auto fail = [&](const char* why) {
     throw Error(Errc::invalid_argument,
-                "invalid lock path '" + std::string(path.substr(0, 200)) + "': " + why);
+                "invalid " + std::string(what) + " '" + std::string(path.substr(0, 200)) + "': " + why);
   };
   if (path.empty() || path[0] != '/') fail("must be absolute (start with '/')");
-  if (path == "/") fail("the root cannot be a lock");
+  if (path == "/") return;
   if (path.back() == '/') fail("trailing '/'");
   std::size_t start = 1;
   while (start <= path.size()) {
@@ -123,6 +123,15 @@ void validate_lock_path(std::string_view path) {
     }
     start = end + 1;
   }
+}
+
+void validate_lock_path(std::string_view path) {
+  validate_path_syntax(path, "lock path");
+  auto fail = [&](const char* why) {
+    throw Error(Errc::invalid_argument,
+                "invalid lock path '" + std::string(path.substr(0, 200)) + "': " + why);
+  };
+  if (path == "/") fail("the root cannot be a lock");
   if (path == "/zookeeper" || path.starts_with("/zookeeper/")) fail("/zookeeper is reserved");
   if (path == "/zklock" || path.starts_with("/zklock/")) fail("/zklock holds zklock's metadata");
 }

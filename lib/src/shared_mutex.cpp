@@ -8,17 +8,8 @@
 
 namespace zklock {
 
-namespace {
-Lease take(AcquireResult r) {
-  if (r.error) throw std::move(*r.error);
-  return std::move(r.lease);
-}
-
-std::optional<Lease> take_unless_timeout(AcquireResult r) {
-  if (r.error && r.error->code() == Errc::timeout) return std::nullopt;
-  return take(std::move(r));
-}
-}  // namespace
+using detail::take_lease;
+using detail::take_lease_unless_timeout;
 
 FairSharedMutex::FairSharedMutex(Client& client, std::string lock_path, MutexOptions options)
     : client_(&client), path_(std::move(lock_path)), options_(options) {
@@ -46,13 +37,7 @@ void FairSharedMutex::start(Mode mode, AcquireCallback done, const AcquireOption
   req.policy = options_.loss_policy;
   req.timeout = timeout;
   req.stop = std::move(stop);
-  auto impl = client_->impl();
-  // The core's `done` runs under its state lock on ZooKeeper's thread: hand
-  // the result to the user callback thread.
-  detail::LockAttempt::start(*client_, std::move(req), [impl, done = std::move(done)](AcquireResult r) mutable {
-    auto shared = std::make_shared<AcquireResult>(std::move(r));
-    impl->post_user([done, shared]() mutable { done(std::move(*shared)); });
-  });
+  detail::start_async(*client_, std::move(req), std::move(done));
 }
 
 // A non-positive timeout still means "try": at least one millisecond.
@@ -61,14 +46,14 @@ static std::chrono::milliseconds at_least_1ms(std::chrono::milliseconds t) {
 }
 
 Lease FairSharedMutex::acquire(const AcquireOptions& options) {
-  return take(run(Mode::exclusive, {}, {}, options));
+  return take_lease(run(Mode::exclusive, {}, {}, options));
 }
 Lease FairSharedMutex::acquire(std::stop_token stop, const AcquireOptions& options) {
-  return take(run(Mode::exclusive, std::move(stop), {}, options));
+  return take_lease(run(Mode::exclusive, std::move(stop), {}, options));
 }
 std::optional<Lease> FairSharedMutex::try_acquire_for(std::chrono::milliseconds timeout,
                                                       const AcquireOptions& options) {
-  return take_unless_timeout(run(Mode::exclusive, {}, at_least_1ms(timeout), options));
+  return take_lease_unless_timeout(run(Mode::exclusive, {}, at_least_1ms(timeout), options));
 }
 void FairSharedMutex::acquire_async(AcquireCallback done, const AcquireOptions& options,
                                     std::chrono::milliseconds timeout, std::stop_token stop) {
@@ -76,14 +61,14 @@ void FairSharedMutex::acquire_async(AcquireCallback done, const AcquireOptions& 
 }
 
 Lease FairSharedMutex::acquire_shared(const AcquireOptions& options) {
-  return take(run(Mode::shared, {}, {}, options));
+  return take_lease(run(Mode::shared, {}, {}, options));
 }
 Lease FairSharedMutex::acquire_shared(std::stop_token stop, const AcquireOptions& options) {
-  return take(run(Mode::shared, std::move(stop), {}, options));
+  return take_lease(run(Mode::shared, std::move(stop), {}, options));
 }
 std::optional<Lease> FairSharedMutex::try_acquire_shared_for(std::chrono::milliseconds timeout,
                                                              const AcquireOptions& options) {
-  return take_unless_timeout(run(Mode::shared, {}, at_least_1ms(timeout), options));
+  return take_lease_unless_timeout(run(Mode::shared, {}, at_least_1ms(timeout), options));
 }
 void FairSharedMutex::acquire_shared_async(AcquireCallback done, const AcquireOptions& options,
                                            std::chrono::milliseconds timeout, std::stop_token stop) {

@@ -58,6 +58,12 @@ int compare_sequence(std::int32_t a, std::int32_t b) noexcept;
 // Splits "/a/b/c" into parent "/a/b" and name "c". Root's children have parent "/".
 std::pair<std::string, std::string> split_path(std::string_view path);
 
+// Validates the syntax of an absolute ZooKeeper path: starts with '/', no
+// empty, "." or ".." components, no trailing '/' (except "/" itself), no
+// control characters. Throws Error(Errc::invalid_argument) naming the
+// problem, with `what` ("path", "lock path") as the noun.
+void validate_path_syntax(std::string_view path, std::string_view what = "path");
+
 // Validates an absolute ZooKeeper path as a lock path: starts with '/', no
 // empty, "." or ".." components, no trailing '/', not "/" itself, no NUL or
 // control characters, and outside /zookeeper and /zklock. Throws Error
