@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "fault_proxy.hpp"
 #include "zk_harness.hpp"
 #include "zklock/token.hpp"
 
@@ -171,24 +172,28 @@ TEST_F(ClientFailover, StopAndRestartWithinTimeoutReconnectsTheSameSession) {
   EXPECT_TRUE(c.stat("/eph"));  // the ephemeral node survived with its session
 }
 
-// A restarted server reloads its sessions with fresh timers, so a stopped
-// server does not expire anyone; the session expires when the server runs
-// while the client cannot reach it. A frozen (SIGSTOPped) server keeps its
-// clock: resumed past the timeout, it expires the session.
+// A restarted server reloads its sessions with fresh timers and a resumed
+// frozen one may accept the reconnect before it expires anyone, so the
+// client is kept away (a fault proxy refusing it) while the server runs on
+// and expires the session; then the client is let back in.
 TEST_F(ClientFailover, UnreachablePastTheTimeoutIsLostThenANewSession) {
-  Client c({.connect = server_->connect_string(), .session_timeout = 1s});
+  test::FaultProxy proxy(server_->port());
+  Client c({.connect = proxy.connect_string(), .session_timeout = 1s});
+  Client direct({.connect = server_->connect_string()});
   StateLog log;
   log.attach(c);
   const auto sid = c.session_id();
   c.create("/eph2", "", CreateMode::ephemeral, [](Status, const std::string&, const Stat&) {});
   ASSERT_TRUE(c.stat("/eph2"));
-  const auto timeout = c.negotiated_timeout();
-  server_->pause();
+  proxy.refuse(true);
+  proxy.cut();
   ASSERT_TRUE(log.wait_for(ConnectionState::suspended, 5s));
-  const auto deadline = Clock::now() + 3 * timeout;
-  while (Clock::now() < deadline) std::this_thread::sleep_for(20ms);  // the gap itself is the scenario
-  EXPECT_LE(c.valid_until(), Clock::now());
-  server_->resume();
+  // The server expires the session (and its ephemeral node) on its own.
+  const auto deadline = Clock::now() + 10s;
+  while (Clock::now() < deadline && direct.stat("/eph2")) std::this_thread::sleep_for(20ms);
+  ASSERT_FALSE(direct.stat("/eph2")) << "the server did not expire the unreachable session";
+  EXPECT_LE(c.valid_until(), Clock::now());  // the client's bound ran out first
+  proxy.refuse(false);
   ASSERT_TRUE(log.wait_for(ConnectionState::lost, 15s));
   ASSERT_TRUE(log.wait_for(ConnectionState::connected, 15s));
   EXPECT_TRUE(c.wait_connected(5s));
