@@ -24,7 +24,7 @@ QueueNode node(const std::string& owner, Mode mode, std::int32_t seq, std::int64
   n.sequence = seq;
   n.name = lock_node_prefix(mode, n.owner_key, std::string(32, 'a' + static_cast<char>(seq % 6))) +
            std::to_string(seq);
-  n.czxid = czxid ? czxid : 1000 + seq;
+  n.czxid = czxid ? czxid : 1000 + static_cast<std::int64_t>(seq);
   n.ctime_ms = ctime;
   return n;
 }
