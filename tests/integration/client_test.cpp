@@ -151,8 +151,8 @@ class ClientFailover : public ::testing::Test {
 };
 
 TEST_F(ClientFailover, StopAndRestartWithinTimeoutReconnectsTheSameSession) {
+  StateLog log;  // outlives the clients: their callback threads write into it
   Client c({.connect = server_->connect_string(), .session_timeout = 4s});
-  StateLog log;
   log.attach(c);
   const auto sid = c.session_id();
   c.create("/eph", "", CreateMode::ephemeral, [](Status, const std::string&, const Stat&) {});
@@ -177,10 +177,10 @@ TEST_F(ClientFailover, StopAndRestartWithinTimeoutReconnectsTheSameSession) {
 // client is kept away (a fault proxy refusing it) while the server runs on
 // and expires the session; then the client is let back in.
 TEST_F(ClientFailover, UnreachablePastTheTimeoutIsLostThenANewSession) {
+  StateLog log;  // outlives the clients: their callback threads write into it
   test::FaultProxy proxy(server_->port());
   Client c({.connect = proxy.connect_string(), .session_timeout = 1s});
   Client direct({.connect = server_->connect_string()});
-  StateLog log;
   log.attach(c);
   const auto sid = c.session_id();
   c.create("/eph2", "", CreateMode::ephemeral, [](Status, const std::string&, const Stat&) {});
@@ -203,8 +203,8 @@ TEST_F(ClientFailover, UnreachablePastTheTimeoutIsLostThenANewSession) {
 }
 
 TEST_F(ClientFailover, FrozenServerRunsOutTheValidityBoundBeforeTheSessionIsLost) {
+  StateLog log;  // outlives the clients: their callback threads write into it
   Client c({.connect = server_->connect_string(), .session_timeout = 2s});
-  StateLog log;
   log.attach(c);
   const auto timeout = c.negotiated_timeout();
   server_->pause();
