@@ -40,6 +40,7 @@
 #include <thread>
 
 #include "detector/daemon.hpp"
+#include "fault_proxy.hpp"
 #include "zk_harness.hpp"
 #include "zklock/fair_mutex.hpp"
 #include "zklock/node_name.hpp"
@@ -427,122 +428,6 @@ std::optional<std::string> candidate_of(Client& c, const std::string& id) {
 }
 
 // ---------------------------------------------------------------------------
-// A loopback relay in front of a server that can partition its clients away:
-// partition(true) closes every open connection and refuses new ones, so the
-// server hears nothing from their sessions and expires them.
-
-class Relay {
- public:
-  explicit Relay(int target_port) : target_(target_port) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    require(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(listen_fd_, 16) == 0,
-            "relay: bind/listen failed");
-    socklen_t len = sizeof a;
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    require(::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) == 0, "relay: pipe failed");
-    thread_ = std::thread([this] { loop(); });
-  }
-  ~Relay() {
-    stop_ = true;
-    wake();
-    thread_.join();
-    for (auto& p : pairs_) close_pair(p);
-    ::close(listen_fd_);
-    ::close(wake_[0]);
-    ::close(wake_[1]);
-  }
-  Relay(const Relay&) = delete;
-  Relay& operator=(const Relay&) = delete;
-
-  std::string connect_string() const { return "127.0.0.1:" + std::to_string(port_); }
-  void partition(bool on) {
-    partitioned_ = on;
-    wake();
-  }
-
- private:
-  struct Pair {
-    int client = -1, server = -1;
-  };
-  void wake() { (void)!::write(wake_[1], "x", 1); }
-  static void close_pair(Pair& p) {
-    if (p.client >= 0) ::close(p.client);
-    if (p.server >= 0) ::close(p.server);
-    p.client = p.server = -1;
-  }
-  static bool write_all(int fd, const char* buf, ssize_t n) {
-    while (n > 0) {
-      const ssize_t w = ::send(fd, buf, static_cast<std::size_t>(n), MSG_NOSIGNAL);
-      if (w <= 0) return false;
-      buf += w;
-      n -= w;
-    }
-    return true;
-  }
-  int connect_target() const {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<std::uint16_t>(target_));
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      ::close(fd);
-      return -1;
-    }
-    return fd;
-  }
-  void loop() {
-    char buf[65536];
-    while (!stop_) {
-      std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
-      for (auto& p : pairs_) {
-        fds.push_back({p.client, POLLIN, 0});
-        fds.push_back({p.server, POLLIN, 0});
-      }
-      ::poll(fds.data(), fds.size(), 1000);
-      while (::read(wake_[0], buf, sizeof buf) > 0) {
-      }
-      const bool cut = partitioned_;
-      for (std::size_t i = 0; i < pairs_.size(); ++i) {
-        auto& p = pairs_[i];
-        if (cut) {
-          close_pair(p);
-          continue;
-        }
-        for (int dir = 0; dir < 2 && p.client >= 0; ++dir) {
-          if (!(fds[2 + 2 * i + static_cast<std::size_t>(dir)].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-          const int from = dir == 0 ? p.client : p.server;
-          const int to = dir == 0 ? p.server : p.client;
-          const ssize_t n = ::read(from, buf, sizeof buf);
-          if (n <= 0 || !write_all(to, buf, n)) close_pair(p);
-        }
-      }
-      std::erase_if(pairs_, [](const Pair& p) { return p.client < 0; });
-      if (fds[1].revents & POLLIN) {
-        const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (c >= 0) {
-          const int s = cut ? -1 : connect_target();
-          if (s < 0) ::close(c);
-          else pairs_.push_back({c, s});
-        }
-      }
-    }
-  }
-
-  const int target_;
-  int port_ = 0;
-  int listen_fd_ = -1;
-  int wake_[2] = {-1, -1};
-  std::vector<Pair> pairs_;  // relay thread only
-  std::atomic<bool> stop_{false}, partitioned_{false};
-  std::thread thread_;
-};
 
 // ===========================================================================
 // 1. Real locks, opposite orders
@@ -1103,7 +988,7 @@ TEST(DetectorE2E, SurvivesAZooKeeperRestart) {
 TEST(DetectorE2E, SurvivesItsOwnSessionExpiryAndReMirrors) {
   auto& server = test::shared_server();
   const auto zk = server.connect_string();
-  Relay relay(server.port());
+  test::FaultProxy relay(server.port());
   const auto root = test::unique_path("e2e-expiry");
   auto cfg = config(relay.connect_string(), root, "e2e-expiry");
   cfg.session_timeout = 2s;
@@ -1115,7 +1000,8 @@ TEST(DetectorE2E, SurvivesItsOwnSessionExpiryAndReMirrors) {
   admin.ensure_path(root, CreateMode::persistent);
   ASSERT_TRUE(eventually([&] { return run.daemon().mirror().stats().dirs >= 1 && run.daemon().mirror().idle(); }, 10s));
 
-  relay.partition(true);
+  relay.refuse(true);  // partition: refuse new connections, cut the open ones
+  relay.cut();
   const auto cut = Clock::now();
   ASSERT_TRUE(eventually([&] { return !admin.stat(candidate); }, 15s)) << "the server never expired the detector";
   std::printf("[ expiry   ] the server expired the partitioned detector's session after %.3f s\n",
@@ -1126,7 +1012,7 @@ TEST(DetectorE2E, SurvivesItsOwnSessionExpiryAndReMirrors) {
   Actor a(c1, "alice"), b(c2, "bob");
   auto first = cross_order(a, b, root + "/x", root + "/y");
 
-  relay.partition(false);
+  relay.refuse(false);
   const auto healed = Clock::now();
   const auto bound = latency_bound(cfg.min_wait, cfg.interval);
   const auto away_cycle = "alice -[" + root + "/y]-> bob -[" + root + "/x]-> alice";
