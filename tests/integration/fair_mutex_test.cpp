@@ -16,24 +16,15 @@
 namespace zklock {
 namespace {
 
-std::string lock_path(const char* name) { return "/locks" + test::unique_path(name); }
+using test::unique_lock_path;
 
 ClientOptions shared_opts() { return {.connect = test::shared_server().connect_string(), .session_timeout = 4s}; }
 
-// Bounded wait for a condition polled from the test thread.
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
+using test::eventually;
 
 TEST(FairMutex, UncontendedAcquireAndRelease) {
   Client c(shared_opts());
-  const auto path = lock_path("uncontended");
+  const auto path = unique_lock_path("uncontended");
   FairMutex m(c, path);
   FencingToken first;
   {
@@ -66,7 +57,7 @@ TEST(FairMutex, UncontendedAcquireAndRelease) {
 
 TEST(FairMutex, SameOwnerTwiceWouldDeadlock) {
   Client c(shared_opts());
-  FairMutex m(c, lock_path("reentry"));
+  FairMutex m(c, unique_lock_path("reentry"));
   Lease l = m.acquire({.owner = "job-1"});
   try {
     m.acquire({.owner = "job-1"});
@@ -82,7 +73,7 @@ TEST(FairMutex, SameOwnerTwiceWouldDeadlock) {
 
 TEST(FairMutex, TryAcquireForTimesOutAndLeavesNoNode) {
   Client c(shared_opts());
-  const auto path = lock_path("timeout");
+  const auto path = unique_lock_path("timeout");
   FairMutex m(c, path);
   Lease holder = m.acquire({.owner = "holder"});
   const auto start = Clock::now();
@@ -94,7 +85,7 @@ TEST(FairMutex, TryAcquireForTimesOutAndLeavesNoNode) {
 
 TEST(FairMutex, StopTokenCancelsAndLeavesNoNode) {
   Client c(shared_opts());
-  const auto path = lock_path("cancel");
+  const auto path = unique_lock_path("cancel");
   FairMutex m(c, path);
   Lease holder = m.acquire({.owner = "holder"});
   std::stop_source stop;
@@ -112,7 +103,7 @@ TEST(FairMutex, StopTokenCancelsAndLeavesNoNode) {
 
 TEST(FairMutex, GrantsInArrivalOrderWithIncreasingTokens) {
   Client c(shared_opts());
-  const auto path = lock_path("fifo");
+  const auto path = unique_lock_path("fifo");
   FairMutex m(c, path);
   Lease holder = m.acquire({.owner = "holder"});
   constexpr int kWaiters = 8;
@@ -139,7 +130,7 @@ TEST(FairMutex, GrantsInArrivalOrderWithIncreasingTokens) {
 
 TEST(FairMutex, TokensIncreaseAcrossParentDeletionAndRecreation) {
   Client c(shared_opts());
-  const auto path = lock_path("recreate");
+  const auto path = unique_lock_path("recreate");
   FairMutex m(c, path);
   FencingToken before;
   {
@@ -158,7 +149,7 @@ TEST(FairMutex, TokensIncreaseAcrossParentDeletionAndRecreation) {
 TEST(FairMutex, ExternalDeletionIsReportedAsRevoked) {
   Client c(shared_opts());
   Client other(shared_opts());
-  FairMutex m(c, lock_path("revoked"));
+  FairMutex m(c, unique_lock_path("revoked"));
   Lease l = m.acquire();
   std::promise<std::pair<LossReason, std::string>> lost;
   l.on_lost([&](LossReason r, const std::string& d) { lost.set_value({r, d}); });
@@ -177,7 +168,7 @@ TEST(FairMutex, ExternalDeletionIsReportedAsRevoked) {
 TEST(FairMutex, WaiterWhoseNodeIsRevokedFailsAsDeadlockVictim) {
   Client c(shared_opts());
   Client other(shared_opts());
-  const auto path = lock_path("victim");
+  const auto path = unique_lock_path("victim");
   FairMutex m(c, path);
   Lease holder = m.acquire({.owner = "holder"});
   auto waiter = std::async(std::launch::async, [&] { return m.acquire({.owner = "waiter"}); });
@@ -201,7 +192,7 @@ TEST(FairMutex, WaiterWhoseNodeIsRevokedFailsAsDeadlockVictim) {
 
 TEST(FairMutex, AsyncTenThousandWaitersOnOneSession) {
   Client c(shared_opts());
-  const auto path = lock_path("async");
+  const auto path = unique_lock_path("async");
   FairMutex m(c, path);
   constexpr int kWaiters = 10000;
   std::atomic<int> granted{0}, failed{0};

@@ -32,20 +32,11 @@
 namespace zklock {
 namespace {
 
-std::string lock_path(const char* name) { return "/locks" + test::unique_path(name); }
+using test::unique_lock_path;
 
 ClientOptions shared_opts() { return {.connect = test::shared_server().connect_string(), .session_timeout = 4s}; }
 
-// Bounded wait for a condition polled from the test thread.
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
+using test::eventually;
 
 // Children of a lock path; an absent path (a reaped container) has none.
 std::size_t count_children(Client& c, const std::string& path) {
@@ -156,7 +147,7 @@ TYPED_TEST(LockContract, MutualExclusionAcrossThreadsAndSessions) {
   constexpr int kSessions = 3, kThreads = 6, kRounds = 12;
   std::vector<std::unique_ptr<Client>> clients;
   for (int i = 0; i < kSessions; ++i) clients.push_back(std::make_unique<Client>(shared_opts()));
-  const auto base = lock_path("contract-mutex");
+  const auto base = unique_lock_path("contract-mutex");
   std::atomic<int> inside{0}, overlaps{0}, grants{0}, errors{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -187,7 +178,7 @@ TYPED_TEST(LockContract, MutualExclusionAcrossThreadsAndSessions) {
 TYPED_TEST(LockContract, GrantsInArrivalOrderWithIncreasingTokens) {
   Client c(shared_opts());
   Client other(shared_opts());
-  const auto base = lock_path("contract-fifo");
+  const auto base = unique_lock_path("contract-fifo");
   TypeParam lock(c, base);
   TypeParam other_lock(other, base);
   const auto queue = lock.paths().front();
@@ -220,7 +211,7 @@ TYPED_TEST(LockContract, GrantsInArrivalOrderWithIncreasingTokens) {
 TYPED_TEST(LockContract, TryAcquireForTimesOutAndLeavesNoNode) {
   Client c(shared_opts());
   Client other(shared_opts());
-  const auto base = lock_path("contract-timeout");
+  const auto base = unique_lock_path("contract-timeout");
   TypeParam lock(c, base);
   TypeParam other_lock(other, base);
   auto holder = other_lock.acquire({.owner = "holder"});
@@ -243,7 +234,7 @@ TYPED_TEST(LockContract, TryAcquireForTimesOutAndLeavesNoNode) {
 TYPED_TEST(LockContract, StopTokenCancelsAndLeavesNoNode) {
   Client c(shared_opts());
   Client other(shared_opts());
-  const auto base = lock_path("contract-cancel");
+  const auto base = unique_lock_path("contract-cancel");
   TypeParam lock(c, base);
   TypeParam other_lock(other, base);
   auto holder = other_lock.acquire({.owner = "holder"});
@@ -270,7 +261,7 @@ TYPED_TEST(LockContract, StopTokenCancelsAndLeavesNoNode) {
 TYPED_TEST(LockContract, ExternalDeletionIsReportedAsRevokedOnce) {
   Client c(shared_opts());
   Client other(shared_opts());
-  TypeParam lock(c, lock_path("contract-revoked"));
+  TypeParam lock(c, unique_lock_path("contract-revoked"));
   auto held = lock.acquire({.owner = "holder"});
   ASSERT_TRUE(TypeParam::valid(held));
   std::atomic<int> calls{0};
@@ -303,7 +294,7 @@ TYPED_TEST(LockContract, ExternalDeletionIsReportedAsRevokedOnce) {
 TEST(ReadWrite, ManyReadersHoldAtOnce) {
   Client c(shared_opts());
   Client c2(shared_opts());
-  const auto path = lock_path("rw-readers");
+  const auto path = unique_lock_path("rw-readers");
   FairSharedMutex m(c, path), m2(c2, path);
   std::vector<Lease> readers;
   for (int i = 0; i < 8; ++i) {
@@ -323,7 +314,7 @@ TEST(ReadWrite, ManyReadersHoldAtOnce) {
 TEST(ReadWrite, WriterExcludesEveryone) {
   Client c(shared_opts());
   Client c2(shared_opts());
-  const auto path = lock_path("rw-writer");
+  const auto path = unique_lock_path("rw-writer");
   FairSharedMutex m(c, path), m2(c2, path);
   {
     // Readers hold: a writer waits.
@@ -347,7 +338,7 @@ TEST(ReadWrite, WriterExcludesEveryone) {
 TEST(ReadWrite, QueueRRWRGrantsLastReaderOnlyAfterWriter) {
   Client c(shared_opts());
   Client c2(shared_opts());
-  const auto path = lock_path("rw-rrwr");
+  const auto path = unique_lock_path("rw-rrwr");
   FairSharedMutex m(c, path), m2(c2, path);
   Lease r1 = m.acquire_shared({.owner = "r1"});
   Lease r2 = m2.acquire_shared({.owner = "r2"});
@@ -397,7 +388,7 @@ TEST(ReadWrite, QueueRRWRGrantsLastReaderOnlyAfterWriter) {
 TEST(ReadWrite, ReaderStreamDoesNotStarveWriter) {
   Client readers_client(shared_opts());
   Client writer_client(shared_opts());
-  const auto path = lock_path("rw-stream");
+  const auto path = unique_lock_path("rw-stream");
   FairSharedMutex m(readers_client, path), mw(writer_client, path);
   constexpr int kReaders = 4;
   std::atomic<bool> stop{false};
@@ -449,7 +440,7 @@ TEST(ReadWrite, TokensIncreaseInGrantOrder) {
   constexpr int kSessions = 3, kThreads = 6, kRounds = 10;
   std::vector<std::unique_ptr<Client>> clients;
   for (int i = 0; i < kSessions; ++i) clients.push_back(std::make_unique<Client>(shared_opts()));
-  const auto path = lock_path("rw-tokens");
+  const auto path = unique_lock_path("rw-tokens");
   struct Grant {
     Mode mode;
     FencingToken token;
@@ -498,7 +489,7 @@ TEST(ReadWrite, TokensIncreaseInGrantOrder) {
 TEST(ReadWrite, SharedLeaseLossIsReported) {
   Client c(shared_opts());
   Client other(shared_opts());
-  FairSharedMutex m(c, lock_path("rw-revoked"));
+  FairSharedMutex m(c, unique_lock_path("rw-revoked"));
   Lease r = m.acquire_shared({.owner = "r"});
   std::promise<LossReason> lost;
   r.on_lost([&](LossReason why, const std::string&) { lost.set_value(why); });
@@ -515,7 +506,7 @@ TEST(ReadWrite, SharedLeaseLossIsReported) {
 TEST(MultiLock, SortsMergesAndHoldsEachMemberInItsMode) {
   Client c(shared_opts());
   Client c2(shared_opts());
-  const auto base = lock_path("multi-order");
+  const auto base = unique_lock_path("multi-order");
   MultiLock multi(c, {{base + "/c", Mode::shared},
                       {base + "/b", Mode::shared},
                       {base + "/a", Mode::exclusive},
@@ -561,7 +552,7 @@ TEST(MultiLock, RejectsAnEmptySetAndBadPaths) {
 TEST(MultiLock, TimeoutAfterTakingALeavesNoNodeUnderAOrB) {
   Client c(shared_opts());
   Client other(shared_opts());
-  const auto base = lock_path("multi-timeout");
+  const auto base = unique_lock_path("multi-timeout");
   const auto a = base + "/a", b = base + "/b";
   FairMutex b_lock(other, b);
   Lease b_holder = b_lock.acquire({.owner = "b-holder"});
@@ -625,7 +616,7 @@ PairRun run_opposite_pair(Client& c, const std::string& base, const std::string&
 // Two processes, opposite orders, 1,000 rounds each: both finish.
 TEST(MultiLock, OppositeOrdersInTwoProcessesNeverDeadlock) {
   Client c(shared_opts());
-  const auto base = lock_path("multi-deadlock");
+  const auto base = unique_lock_path("multi-deadlock");
   constexpr int kRounds = 1000;
   const auto run = run_opposite_pair(c, base, "multi", kRounds);
   ASSERT_TRUE(run.first && run.first->starts_with("done")) << "process 1: " << run.first.value_or("(no answer: deadlock?)");
@@ -640,7 +631,7 @@ TEST(MultiLock, OppositeOrdersInTwoProcessesNeverDeadlock) {
 // the given order (FairMutex A then B, with a 1 s limit on the second) stall.
 TEST(MultiLock, WithoutTheGlobalOrderTheSameRoundsDeadlock) {
   Client c(shared_opts());
-  const auto base = lock_path("multi-naive");
+  const auto base = unique_lock_path("multi-naive");
   const auto run = run_opposite_pair(c, base, "naive", 1000);
   ASSERT_TRUE(run.first && run.second) << "a worker did not answer";
   std::printf("without MultiLock: %s; %s (%lld ms)\n", run.first->c_str(), run.second->c_str(), run.ms);
@@ -675,7 +666,7 @@ TEST(Striped, TwoProcessesAgreeOnTheStripeOf10000Keys) {
 
 TEST(Striped, ForKeyIsTheFairMutexAtItsStripe) {
   Client c(shared_opts());
-  const auto base = lock_path("striped");
+  const auto base = unique_lock_path("striped");
   StripedMutex striped(c, base, 16);
   EXPECT_EQ(striped.size(), 16u);
   EXPECT_EQ(striped.stripe_index("acct-991"), 2u);

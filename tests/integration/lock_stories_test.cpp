@@ -41,18 +41,9 @@ using test::ZkServerOptions;
 // ---------------------------------------------------------------------------
 // Helpers
 
-std::string lock_path(const char* name) { return "/locks" + test::unique_path(name); }
+using test::unique_lock_path;
 
-// Bounded wait for a condition polled from the test thread.
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
+using test::eventually;
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
@@ -114,7 +105,7 @@ ZkServerOptions own_server_options() { return {.tick = 200ms}; }
 
 TEST(LockStories, TwentyProcessesFiftyAcquisitionsEachInQueueOrder) {
   constexpr int kProcs = 20, kEach = 50;
-  const auto path = lock_path("procs");
+  const auto path = unique_lock_path("procs");
   TempDir dir;
   const auto check = dir.path / "inside";
   const auto log = dir.path / "grants.log";
@@ -177,7 +168,7 @@ struct DrainFigures {
 DrainFigures drain(ZkServer& srv, int waiters, int sessions) {
   DrainFigures f;
   f.waiters = waiters;
-  const auto path = lock_path("drain");
+  const auto path = unique_lock_path("drain");
   const ClientOptions opts{.connect = srv.connect_string(), .session_timeout = 4s};
   Client holder_client(opts);
   FairMutex holder_mutex(holder_client, path);
@@ -363,7 +354,7 @@ using CreateLoss = LossFixture;
 // The create runs on the server, its answer is lost with the connection; the
 // same session comes back and finds the node by its GUID.
 TEST_F(CreateLoss, AnswerLostAfterTheCreateRanIsAdopted) {
-  const auto path = lock_path("create-answer-lost");
+  const auto path = unique_lock_path("create-answer-lost");
   auto c = proxied_client(path);
   FairMutex m(*c, path);
   proxy->drop_replies(true);
@@ -387,7 +378,7 @@ TEST_F(CreateLoss, AnswerLostAfterTheCreateRanIsAdopted) {
 // The create never reaches the server: the same session comes back, finds no
 // node with its GUID, and creates it.
 TEST_F(CreateLoss, RequestLostBeforeTheCreateRanIsRetried) {
-  const auto path = lock_path("create-request-lost");
+  const auto path = unique_lock_path("create-request-lost");
   auto c = proxied_client(path);
   FairMutex m(*c, path);
   proxy->drop_requests(true);
@@ -409,7 +400,7 @@ TEST_F(CreateLoss, RequestLostBeforeTheCreateRanIsRetried) {
 // create did run. Once the same session is back, the node must be deleted:
 // a live session's orphan would block the lock for everyone.
 TEST_F(CreateLoss, AbandonedWhileTheCreateAnswerIsOutLeavesNoOrphan) {
-  const auto path = lock_path("create-abandoned");
+  const auto path = unique_lock_path("create-abandoned");
   auto c = proxied_client(path);
   FairMutex m(*c, path);
   proxy->drop_replies(true);
@@ -436,7 +427,7 @@ TEST_F(CreateLoss, AbandonedWhileTheCreateAnswerIsOutLeavesNoOrphan) {
 using LeaseLoss = LossFixture;
 
 TEST_F(LeaseLoss, ServerStoppedPastTheBoundLosesTheLeaseBeforeTheServerCouldExpireIt) {
-  const auto path = lock_path("validity");
+  const auto path = unique_lock_path("validity");
   Client c({.connect = srv->connect_string(), .session_timeout = 4s});
   FairMutex m(c, path);
   Lease l = m.acquire();
@@ -473,7 +464,7 @@ TEST_F(LeaseLoss, ServerStoppedPastTheBoundLosesTheLeaseBeforeTheServerCouldExpi
 // the session (a restarted server restores sessions). The node must go then,
 // or a live session holds the lock for nobody.
 TEST_F(LeaseLoss, LeaseDroppedWhileTheServerIsDownIsDeletedWhenTheSessionReturns) {
-  const auto path = lock_path("dropped-while-down");
+  const auto path = unique_lock_path("dropped-while-down");
   Client c({.connect = srv->connect_string(), .session_timeout = 4s});
   FairMutex m(c, path);
   auto l = std::make_unique<Lease>(m.acquire());
@@ -505,7 +496,7 @@ TEST_F(LeaseLoss, LeaseDroppedWhileTheServerIsDownIsDeletedWhenTheSessionReturns
 // release() returns as soon as the same session is back and the node is gone
 // (not after its full bounded wait), handing the lock on with the marker.
 TEST_F(LeaseLoss, ReleaseWhileDisconnectedCompletesWhenTheSessionReturns) {
-  const auto path = lock_path("release-suspended");
+  const auto path = unique_lock_path("release-suspended");
   Client c({.connect = proxy->connect_string(), .session_timeout = 4s});
   FairMutex m(c, path);
   Lease l = m.acquire({.owner = "holder"});
@@ -535,7 +526,7 @@ TEST_F(LeaseLoss, ReleaseWhileDisconnectedCompletesWhenTheSessionReturns) {
 }
 
 TEST_F(LeaseLoss, ServerBackWithinTheBoundContinuesTheSameLease) {
-  const auto path = lock_path("continue");
+  const auto path = unique_lock_path("continue");
   Client c({.connect = proxy->connect_string(), .session_timeout = 4s});
   FairMutex m(c, path);
   Lease l = m.acquire();
@@ -569,7 +560,7 @@ TEST_F(LeaseLoss, ServerBackWithinTheBoundContinuesTheSameLease) {
 }
 
 TEST_F(LeaseLoss, StrictPolicyLosesAtFirstDisconnectAndDeletesTheNodeAfterReconnect) {
-  const auto path = lock_path("strict");
+  const auto path = unique_lock_path("strict");
   Client c({.connect = proxy->connect_string(), .session_timeout = 4s});
   FairMutex m(c, path, MutexOptions{.loss_policy = LossPolicy::strict});
   Lease l = m.acquire({.owner = "strict-holder"});
@@ -690,7 +681,7 @@ TEST(SequenceEnd, SaturatedCounterKeepsFifoAndOneHolder) {
   if (!test::child_sequence_tool_available()) GTEST_SKIP() << "SetCversion tool not built";
   ZkServer srv(own_server_options());
   srv.start();
-  const auto path = lock_path("saturate");
+  const auto path = unique_lock_path("saturate");
   test::set_child_sequence_counter(srv, path, INT32_MAX - 3, /*container=*/true);
   Client observer({.connect = srv.connect_string(), .session_timeout = 4s});
   FairMutex hm(observer, path);
@@ -716,7 +707,7 @@ TEST(SequenceEnd, WrappedCounterKeepsFifoAndOneHolder) {
   // start): sessions get 10 s so the holder's lease survives it.
   ZkServer srv({.tick = 200ms, .max_session_timeout = 10s});
   srv.start();
-  const auto path = lock_path("wrap");
+  const auto path = unique_lock_path("wrap");
   test::set_child_sequence_counter(srv, path, INT32_MAX - 3, /*container=*/true);
   Client observer({.connect = srv.connect_string(), .session_timeout = 10s});
   FairMutex hm(observer, path);

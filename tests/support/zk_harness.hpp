@@ -36,6 +36,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -285,9 +286,24 @@ class ZkEnsemble {
 // (see unique_path()).  Do not stop or pause it; start an own ZkServer for that.
 ZkServer& shared_server();
 
+// Polls `pred` from the calling thread every few milliseconds until it holds
+// or `timeout` passes; returns whether it held. For conditions that have no
+// event to wait on (a node count seen through a listing, a process's output).
+template <class Pred>
+bool eventually(Pred pred, milliseconds timeout = milliseconds(10000)) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return pred();
+}
+
 // "/<prefix>-<pid>-<counter>-<random>": a node path no other test or process
 // uses.  Its parent is "/".
 std::string unique_path(std::string_view prefix = "zklock-test");
+// "/locks" + unique_path(prefix): a fresh lock path under the conventional root.
+inline std::string unique_lock_path(std::string_view prefix) { return "/locks" + unique_path(prefix); }
 
 // ---------------------------------------------------------------------------
 // A bare C-client session for harness tests (the project's own Client class
