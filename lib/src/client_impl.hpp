@@ -129,7 +129,14 @@ struct Client::Impl {
   void set_data(std::string path, std::string data, int version, std::function<void(Status, const Stat&)> done);
   void remove(std::string path, int version, std::function<void(Status)> done);
   void multi(std::vector<Op> ops, std::function<void(Status, std::vector<OpResult>)> done);
+  // Always answers from another thread, so `done` may take the caller's locks.
   void ensemble_id_async(std::function<void(Status, const std::string&)> done);
+  // The id cached for the current session, or empty: lets a caller that holds
+  // no locks skip ensemble_id_async's thread hop on the hot path.
+  std::string cached_ensemble_id() const {
+    std::lock_guard lk(mu_);
+    return ensemble_epoch_ == epoch() ? ensemble_id_ : std::string();
+  }
   Clock::time_point valid_until() const {
     return Clock::time_point(Clock::duration(valid_until_.load()));
   }

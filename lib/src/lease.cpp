@@ -46,6 +46,16 @@ std::stop_token Lease::lost_token() const { return attempt_ ? attempt_->lost_tok
 void Lease::release() noexcept {
   if (attempt_) attempt_->release();
 }
+void Lease::release_async(std::function<void()> done) noexcept {
+  if (attempt_) {
+    attempt_->release_async(std::move(done));
+  } else if (done) {
+    try {
+      done();  // nothing to release, and no client to post to
+    } catch (...) {
+    }
+  }
+}
 const std::string& Lease::lock_path() const { return attempt_ ? attempt_->lock_path() : kEmpty; }
 const std::string& Lease::node_path() const { return attempt_ ? attempt_->node_path() : kEmpty; }
 const std::string& Lease::owner() const { return attempt_ ? attempt_->owner() : kEmpty; }

@@ -120,10 +120,12 @@ AcquireResult LockAttempt::run_blocking(Client& client, AttemptRequest request) 
   return future.get();
 }
 
-// First the ensemble id (cached per session), then the node.
+// First the ensemble id (cached per session), then the node. With the id
+// cached the create goes out from the caller's thread (no hop); start() holds
+// no lock here, so taking mu_ inline is safe.
 void LockAttempt::begin() {
   auto self = shared_from_this();
-  impl_->ensemble_id_async([self](Status st, const std::string& id) {
+  auto with_id = [self](Status st, const std::string& id) {
     std::lock_guard lk(self->mu_);
     if (self->phase_ != Phase::starting) return;
     if (!st.ok()) {
@@ -133,7 +135,12 @@ void LockAttempt::begin() {
     self->ensemble_id_ = id;
     self->phase_ = Phase::creating;
     self->create_and_list();
-  });
+  };
+  if (auto cached = impl_->cached_ensemble_id(); !cached.empty()) {
+    with_id(Status{}, cached);
+  } else {
+    impl_->ensemble_id_async(std::move(with_id));
+  }
 }
 
 
@@ -624,6 +631,7 @@ void LockAttempt::on_session(SessionEvent ev, std::uint64_t epoch) {
     case SessionEvent::lost:
       node_exists_ = false;  // ephemeral: gone with the session
       create_uncertain_ = false;
+      if (auto then = std::exchange(retry_then_, nullptr)) then();  // a release waiting for a reconnect
       if (phase_ == Phase::held) lose(LossReason::session_expired, "the ZooKeeper session expired");
       else if (phase_ == Phase::creating || phase_ == Phase::waiting || phase_ == Phase::starting)
         fail(Error(Errc::session_expired, "the ZooKeeper session expired while waiting for " + req_.lock_path));
@@ -798,20 +806,35 @@ void LockAttempt::finish_locked() {
   }
 }
 
+// Deletes our node, with the marker unless it was revoked (invariant 2);
+// `then` runs (under mu_, so it must not block) once the node is gone. False,
+// and `then` dropped, when the attempt was already released or failed.
+bool LockAttempt::start_release(std::function<void()> then) {
+  std::lock_guard lk(mu_);
+  if (phase_ == Phase::released || phase_ == Phase::failed) return false;
+  phase_ = Phase::released;
+  finish_locked();
+  delete_own_node(!revoked_, std::move(then));
+  return true;
+}
+
 void LockAttempt::release() noexcept {
   try {
     auto promise = std::make_shared<std::promise<void>>();
     auto future = promise->get_future();
-    {
-      std::lock_guard lk(mu_);
-      if (phase_ == Phase::released || phase_ == Phase::failed) return;
-      phase_ = Phase::released;
-      finish_locked();
-      if (timer_ != 0) impl_->cancel(timer_);
-      delete_own_node(!revoked_, [promise] { promise->set_value(); });
-    }
+    if (!start_release([promise] { promise->set_value(); })) return;
     if (Client::Impl::in_callback()) return;  // never block ZooKeeper's thread
     future.wait_for(impl_->negotiated() + 2s);
+  } catch (...) {
+  }
+}
+
+void LockAttempt::release_async(std::function<void()> done) noexcept {
+  try {
+    auto post = [impl = impl_ref_, done = std::move(done)] {
+      if (done) impl->post_user(done);
+    };
+    if (!start_release(post)) post();
   } catch (...) {
   }
 }

@@ -76,6 +76,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   void on_lost(std::function<void(LossReason, const std::string&)> cb);
   std::stop_token lost_token() const { return lost_source_.get_token(); }
   void release() noexcept;
+  void release_async(std::function<void()> done) noexcept;
   const std::string& lock_path() const { return req_.lock_path; }
   const std::string& node_path() const { return node_path_; }
   const std::string& owner() const { return owner_; }
@@ -115,6 +116,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   void sweep_uncertain_create();     // failed with a create of unknown outcome: delete it by GUID
   void keep_alive_while_cleaning();  // a failed attempt outlives its cleanup
   void finish_locked();  // unregisters observers, timers, deadlock registry
+  bool start_release(std::function<void()> then);
 
   // --- immutable after construction ---
   Client::Impl* impl_;

@@ -55,6 +55,71 @@ TEST(FairMutex, UncontendedAcquireAndRelease) {
   EXPECT_TRUE(again.token() > first);
 }
 
+// release_async() returns without waiting for the server; its callback runs
+// once, on the callback thread, when the node is gone and the next waiter
+// can be granted through the marker.
+TEST(FairMutex, ReleaseAsyncReturnsAtOnceAndHandsOn) {
+  Client c(shared_opts());
+  const auto path = unique_lock_path("release-async");
+  FairMutex m(c, path);
+  Lease l = m.acquire({.owner = "holder"});
+  const auto name = split_path(l.node_path()).second;
+  std::promise<AcquireResult> waiter;
+  m.acquire_async([&](AcquireResult r) { waiter.set_value(std::move(r)); }, {.owner = "waiter"});
+  ASSERT_TRUE(eventually([&] { return c.children(path).size() == 2; }));
+  std::promise<std::thread::id> done;
+  l.release_async([&] { done.set_value(std::this_thread::get_id()); });
+  auto df = done.get_future();
+  ASSERT_EQ(df.wait_for(5s), std::future_status::ready) << "release_async's callback never ran";
+  EXPECT_NE(df.get(), std::this_thread::get_id()) << "the callback runs on the client's callback thread";
+  EXPECT_FALSE(l.valid());
+  auto wf = waiter.get_future();
+  ASSERT_EQ(wf.wait_for(5s), std::future_status::ready);
+  auto wr = wf.get();
+  ASSERT_FALSE(wr.error) << wr.error->what();
+  EXPECT_TRUE(wr.lease.token() > l.token());
+  EXPECT_EQ(c.get_data(path).value_or(""), name) << "the hand-off marker names the released node";
+  EXPECT_EQ(c.children(path).size(), 1u);
+
+  // Already released, and a lease that holds nothing: the callback still runs once.
+  std::promise<void> again, empty;
+  l.release_async([&] { again.set_value(); });
+  Lease().release_async([&] { empty.set_value(); });
+  EXPECT_EQ(again.get_future().wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(empty.get_future().wait_for(5s), std::future_status::ready);
+  wr.lease.release_async();  // no callback: allowed
+  EXPECT_TRUE(eventually([&] { return c.children(path).empty(); }));
+}
+
+// Acquire and release chained entirely in callbacks: no thread blocks.
+TEST(FairMutex, AsyncAcquireReleaseChainOnOneSession) {
+  Client c(shared_opts());
+  const auto path = unique_lock_path("async-chain");
+  FairMutex m(c, path);
+  constexpr int kRounds = 200;
+  std::atomic<int> rounds{0}, errors{0};
+  std::promise<void> finished;
+  std::function<void()> next = [&] {
+    m.acquire_async([&](AcquireResult r) {
+      if (r.error) {
+        ++errors;
+        finished.set_value();
+        return;
+      }
+      auto lease = std::make_shared<Lease>(std::move(r.lease));
+      lease->release_async([&, lease] {
+        if (++rounds == kRounds) finished.set_value();
+        else next();
+      });
+    });
+  };
+  next();
+  ASSERT_EQ(finished.get_future().wait_for(60s), std::future_status::ready) << rounds << " rounds done";
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(rounds.load(), kRounds);
+  EXPECT_TRUE(c.children(path).empty());
+}
+
 TEST(FairMutex, SameOwnerTwiceWouldDeadlock) {
   Client c(shared_opts());
   FairMutex m(c, unique_lock_path("reentry"));

@@ -525,6 +525,56 @@ TEST_F(LeaseLoss, ReleaseWhileDisconnectedCompletesWhenTheSessionReturns) {
   std::printf("[figure] release() during a 300 ms outage returned after %.0f ms; the waiter was granted\n", took);
 }
 
+// release_async() during an outage returns at once; its callback runs when
+// the same session is back and the node is deleted.
+TEST_F(LeaseLoss, ReleaseAsyncDuringAnOutageCompletesWhenTheSessionReturns) {
+  const auto path = unique_lock_path("release-async-outage");
+  Client c({.connect = proxy->connect_string(), .session_timeout = 4s});
+  FairMutex m(c, path);
+  Lease l = m.acquire();
+  const auto node = l.node_path();
+  proxy->refuse(true);
+  proxy->cut();
+  ASSERT_TRUE(eventually([&] { return l.suspended(); }, 3s));
+  std::promise<void> done;
+  const auto t = Clock::now();
+  l.release_async([&] { done.set_value(); });
+  EXPECT_LT(ms_since(t), 100) << "release_async() waited for the server";
+  auto df = done.get_future();
+  EXPECT_EQ(df.wait_for(300ms), std::future_status::timeout) << "done ran while the node still existed";
+  EXPECT_TRUE(czxid_of(*direct, node));
+  proxy->refuse(false);
+  ASSERT_EQ(df.wait_for(c.negotiated_timeout() + 3s), std::future_status::ready)
+      << "no callback after the session came back";
+  EXPECT_FALSE(czxid_of(*direct, node));
+  std::printf("[figure] release_async() during an outage: node deleted, callback %.0f ms after the call\n",
+              ms_since(t));
+}
+
+// The session expires while release_async()'s delete waits for a
+// connection: the node went with the session, so the callback still runs.
+TEST_F(LeaseLoss, ReleaseAsyncPendingWhenTheSessionExpiresStillCompletes) {
+  const auto path = unique_lock_path("release-async-expiry");
+  Client c({.connect = proxy->connect_string(), .session_timeout = 4s});
+  FairMutex m(c, path);
+  Lease l = m.acquire();
+  const auto node = l.node_path();
+  const auto session = c.session_id();
+  proxy->refuse(true);
+  proxy->cut();
+  ASSERT_TRUE(eventually([&] { return l.suspended(); }, 3s));
+  std::promise<void> done;
+  l.release_async([&] { done.set_value(); });
+  // The server expires the session it cannot hear from, deleting the node.
+  ASSERT_TRUE(eventually([&] { return !czxid_of(*direct, node); }, c.negotiated_timeout() + 6s))
+      << "the server never expired the unreachable session";
+  proxy->refuse(false);
+  auto df = done.get_future();
+  ASSERT_EQ(df.wait_for(10s), std::future_status::ready) << "release_async's callback was lost with the session";
+  EXPECT_TRUE(c.wait_connected(10s));
+  EXPECT_NE(c.session_id(), session) << "expected a new session after the expiry";
+}
+
 TEST_F(LeaseLoss, ServerBackWithinTheBoundContinuesTheSameLease) {
   const auto path = unique_lock_path("continue");
   Client c({.connect = proxy->connect_string(), .session_timeout = 4s});

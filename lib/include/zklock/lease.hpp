@@ -73,6 +73,13 @@ class Lease {
   // Deletes our node (with the hand-off marker) and waits for the answer,
   // at most about one session timeout; idempotent. Never throws.
   void release() noexcept;
+  // The same without waiting: the delete is sent and this returns at once.
+  // `done` (optional) runs once on the client's callback thread when the node
+  // is gone — deleted, or gone with its session; after a disconnect the
+  // delete is retried when the same session returns. A lease already
+  // released (or never granted) calls `done` at once. `done` does not run if
+  // the Client is closed first. Never throws.
+  void release_async(std::function<void()> done = {}) noexcept;
 
   const std::string& lock_path() const;
   const std::string& node_path() const;
