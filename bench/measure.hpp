@@ -49,6 +49,15 @@ inline double process_cpu_seconds() {
   return tv(ru.ru_utime) + tv(ru.ru_stime);
 }
 
+// Context switches of this whole process (voluntary + involuntary): on a
+// client that mostly waits for replies, each thread hand-off costs one, and
+// they, not zklock's code, dominate client CPU (kernel scheduling time).
+inline double process_context_switches() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_nvcsw + ru.ru_nivcsw);
+}
+
 // Client traffic as the server counts it (cumulative mntr counters).
 struct Traffic {
   std::int64_t packets_received = 0;  // requests (incl. pings) from clients

@@ -122,7 +122,7 @@ void wait_children(FloorSession& s, const std::string& path, const std::function
 
 struct CycleSide {
   std::vector<double> cycle_us, acquire_us, release_us;
-  double seconds = 0, cpu = 0;
+  double seconds = 0, cpu = 0, switches = 0;
   Traffic traffic;
 };
 
@@ -148,6 +148,7 @@ std::pair<CycleSide, CycleSide> interleaved_cycles(const Env& env, int n, const 
   auto run_block = [&](const CycleFns& fns, CycleSide& side, int count) {
     const auto m0 = Traffic::from(env.mntr());
     const double c0 = process_cpu_seconds();
+    const double s0 = process_context_switches();
     const auto start = Clock::now();
     for (int i = 0; i < count; ++i) {
       const auto t0 = Clock::now();
@@ -161,6 +162,7 @@ std::pair<CycleSide, CycleSide> interleaved_cycles(const Env& env, int n, const 
     }
     side.seconds += seconds(Clock::now() - start);
     side.cpu += process_cpu_seconds() - c0;
+    side.switches += process_context_switches() - s0;
     const auto d = Traffic::from(env.mntr()) - m0;
     side.traffic.packets_received += d.packets_received;
     side.traffic.packets_sent += d.packets_sent;
@@ -213,6 +215,7 @@ Figures uncontended(const Env& env, const Sizes& s) {
       {sc, "packets/cycle", "", z.traffic.packets() / dn, f.traffic.packets() / dn, {}},
       {sc, "bytes to client/cycle", "B", z.traffic.bytes_to_clients() / dn, f.traffic.bytes_to_clients() / dn, {}},
       {sc, "client CPU/cycle", "us", z.cpu * 1e6 / dn, f.cpu * 1e6 / dn, Target::ratio_le(1.2)},
+      {sc, "context switches/cycle", "", z.switches / dn, f.switches / dn, {}},
   };
 }
 
@@ -533,7 +536,7 @@ PipeResult pipe_zklock(const Env& env, int n) {
     create_many(s, paths);
   }
   std::atomic<int> errors{0};
-  Latch acquired(n);  // both declared before the client: its callbacks use them
+  Latch acquired(n), released(n);  // declared before the client: its callbacks use them
   Client client(client_options(env));
   client.ensemble_id();  // read once per session; not part of the figure
   std::vector<std::unique_ptr<FairMutex>> mutexes;
@@ -553,16 +556,8 @@ PipeResult pipe_zklock(const Env& env, int n) {
   }
   if (!acquired.wait_for(milliseconds(300'000))) throw std::runtime_error("zklock pipelined acquire timed out");
   r.acquire_s = seconds(Clock::now() - start);
-  // Lease::release() blocks for its answer and there is no asynchronous
-  // release, so releases are spread over a few threads.
-  std::vector<std::thread> rel;
-  constexpr int kReleasers = 16;
-  for (int t = 0; t < kReleasers; ++t) {
-    rel.emplace_back([&, t] {
-      for (int i = t; i < n; i += kReleasers) leases[std::size_t(i)].release();
-    });
-  }
-  for (auto& th : rel) th.join();
+  for (auto& l : leases) l.release_async([&] { released.count_down(); });
+  if (!released.wait_for(milliseconds(300'000))) throw std::runtime_error("zklock pipelined release timed out");
   r.total_s = seconds(Clock::now() - start);
   r.cpu = process_cpu_seconds() - c0;
   r.traffic = Traffic::from(env.mntr()) - m0;
