@@ -31,6 +31,67 @@ void sort_queue(std::vector<QueueNode>& nodes) {
   });
 }
 
+namespace {
+
+std::string unknown_owner(const std::string& key) { return "owner-key:" + key; }
+
+// Adds one queue's nodes, holders, waiters and waits to `out`. `owner_of`
+// maps an owner key to its resolved owner id.
+template <class OwnerOf>
+void analyze_queue(const LockQueue& q, const OwnerOf& owner_of, const AnalyzeOptions& options, WaitAnalysis& out) {
+  if (q.nodes.empty()) return;
+  ++out.locks;
+  auto nodes = q.nodes;
+  sort_queue(nodes);
+
+  // Holders form a prefix: an exclusive node holds only at the head; a
+  // shared node holds while no writer is ahead of it.
+  std::vector<std::string> owners(nodes.size()), paths(nodes.size());
+  std::vector<bool> holds(nodes.size());
+  bool writer_ahead = false;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    owners[i] = owner_of(nodes[i].owner_key);
+    paths[i] = node_path(q.path, nodes[i].name);
+    holds[i] = nodes[i].mode == Mode::exclusive ? i == 0 : !writer_ahead;
+    if (nodes[i].mode == Mode::exclusive) writer_ahead = true;
+
+    NodeInfo info{paths[i], q.path,           owners[i],      nodes[i].mode,
+                  holds[i], nodes[i].priority, nodes[i].czxid, nodes[i].ctime_ms};
+    out.nodes.insert_or_assign(paths[i], std::move(info));
+    auto& owner = out.owners[owners[i]];
+    if (owner.owner_key.empty()) owner.owner_key = nodes[i].owner_key;
+    (holds[i] ? owner.held : owner.waiting).push_back(paths[i]);
+    ++(holds[i] ? out.holders : out.waiters);
+  }
+
+  const auto min_wait_ms = options.min_wait.count();
+  std::size_t edges = 0;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (holds[i]) continue;
+    const auto& n = nodes[i];
+    if (n.ctime_ms == 0) continue;  // stat not known yet: age unknown
+    const auto age = options.now_ms - n.ctime_ms;
+    out.oldest_wait_ms = std::max(out.oldest_wait_ms, age);
+    if (age < min_wait_ms) continue;
+    if (edges >= options.max_queue_edges) {
+      ++out.truncated_waiters;
+      continue;
+    }
+    // One edge per distinct blocking owner: its first node in the queue,
+    // which is a holder whenever the owner holds here (hard edges first).
+    std::unordered_set<std::string> seen;
+    for (std::size_t j = 0; j < i; ++j) {
+      if (n.mode == Mode::shared && nodes[j].mode == Mode::shared) continue;
+      if (!seen.insert(owners[j]).second) continue;
+      out.graph.add_wait(Wait{owners[i], owners[j], q.path, paths[i], paths[j],
+                              holds[j] ? EdgeKind::hard : EdgeKind::soft});
+      ++edges;
+    }
+  }
+}
+
+}  // namespace
+
 WaitAnalysis analyze_queues(const std::vector<LockQueue>& queues, const AnalyzeOptions& options) {
   WaitAnalysis out;
 
@@ -43,60 +104,29 @@ WaitAnalysis analyze_queues(const std::vector<LockQueue>& queues, const AnalyzeO
       if (!inserted && n.owner < it->second) it->second = n.owner;
     }
   }
-  auto owner_of = [&](const QueueNode& n) {
-    auto it = owner_by_key.find(n.owner_key);
-    return it != owner_by_key.end() ? it->second : "owner-key:" + n.owner_key;
+  auto owner_of = [&](const std::string& key) {
+    auto it = owner_by_key.find(key);
+    return it != owner_by_key.end() ? it->second : unknown_owner(key);
   };
+  for (const auto& q : queues) analyze_queue(q, owner_of, options, out);
+  return out;
+}
 
-  const auto min_wait_ms = options.min_wait.count();
-  for (const auto& q : queues) {
-    if (q.nodes.empty()) continue;
-    ++out.locks;
-    auto nodes = q.nodes;
-    sort_queue(nodes);
-
-    // Holders form a prefix: an exclusive node holds only at the head; a
-    // shared node holds while no writer is ahead of it.
-    std::vector<std::string> owners(nodes.size()), paths(nodes.size());
-    std::vector<bool> holds(nodes.size());
-    bool writer_ahead = false;
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-      owners[i] = owner_of(nodes[i]);
-      paths[i] = node_path(q.path, nodes[i].name);
-      holds[i] = nodes[i].mode == Mode::exclusive ? i == 0 : !writer_ahead;
-      if (nodes[i].mode == Mode::exclusive) writer_ahead = true;
-
-      NodeInfo info{paths[i], q.path,           owners[i],      nodes[i].mode,
-                    holds[i], nodes[i].priority, nodes[i].czxid, nodes[i].ctime_ms};
-      out.nodes.insert_or_assign(paths[i], std::move(info));
-      auto& owner = out.owners[owners[i]];
-      (holds[i] ? owner.held : owner.waiting).push_back(paths[i]);
-      ++(holds[i] ? out.holders : out.waiters);
-    }
-
-    std::size_t edges = 0;
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-      if (holds[i]) continue;
-      const auto& n = nodes[i];
-      if (n.ctime_ms == 0) continue;  // stat not known yet: age unknown
-      const auto age = options.now_ms - n.ctime_ms;
-      out.oldest_wait_ms = std::max(out.oldest_wait_ms, age);
-      if (age < min_wait_ms) continue;
-      if (edges >= options.max_queue_edges) {
-        ++out.truncated_waiters;
-        continue;
-      }
-      // One edge per distinct blocking owner: its first node in the queue,
-      // which is a holder whenever the owner holds here (hard edges first).
-      std::unordered_set<std::string> seen;
-      for (std::size_t j = 0; j < i; ++j) {
-        if (n.mode == Mode::shared && nodes[j].mode == Mode::shared) continue;
-        if (!seen.insert(owners[j]).second) continue;
-        out.graph.add_wait(Wait{owners[i], owners[j], q.path, paths[i], paths[j],
-                                holds[j] ? EdgeKind::hard : EdgeKind::soft});
-        ++edges;
-      }
-    }
+WaitAnalysis analyze_snapshot(const QueueSnapshot& snapshot, const AnalyzeOptions& options) {
+  WaitAnalysis out;
+  // snapshot.keys covers every key in the contended queues, and its owner
+  // was resolved over all the key's nodes, lone ones included.
+  auto owner_of = [&](const std::string& key) {
+    auto it = snapshot.keys.find(key);
+    return it != snapshot.keys.end() && !it->second.owner.empty() ? it->second.owner : unknown_owner(key);
+  };
+  for (const auto& q : snapshot.contended) analyze_queue(q, owner_of, options, out);
+  // A lone node holds and waits for nothing: one lock, one holder each.
+  out.locks += snapshot.lone_queues;
+  out.holders += snapshot.lone_queues;
+  for (const auto& [key, facts] : snapshot.keys) {
+    if (facts.held_alone == 0) continue;
+    if (auto it = out.owners.find(owner_of(key)); it != out.owners.end()) it->second.held_alone = facts.held_alone;
   }
   return out;
 }

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -75,12 +76,20 @@ struct NodeInfo {
 };
 
 struct OwnerInfo {
-  std::vector<std::string> held;     // node paths this owner holds
+  std::string owner_key;             // the key in this owner's node names
+  std::vector<std::string> held;     // node paths this owner holds (in the analysed queues)
   std::vector<std::string> waiting;  // node paths this owner waits with
+  // Nodes held alone in their queue and not listed in `held`
+  // (analyze_snapshot() only; LockIndex::lone_nodes() names them).
+  std::size_t held_alone = 0;
+
+  std::size_t held_count() const noexcept { return held.size() + held_alone; }
 };
 
 struct WaitAnalysis {
   WaitForGraph graph;
+  // analyze_queues(): every node and every owner. analyze_snapshot(): the
+  // nodes of contended queues and the owners with a node in one.
   std::unordered_map<std::string, NodeInfo> nodes;  // by full path
   std::map<std::string, OwnerInfo> owners;          // by owner id
   std::size_t locks = 0;         // non-empty queues
@@ -91,6 +100,26 @@ struct WaitAnalysis {
 };
 
 WaitAnalysis analyze_queues(const std::vector<LockQueue>& queues, const AnalyzeOptions& options);
+
+// What a scan knows about one owner key beyond the contended queues.
+struct KeyFacts {
+  std::string owner;            // smallest valid owner id over all the key's nodes; empty: none
+  std::size_t held_alone = 0;   // the key's nodes that are alone in their queue
+};
+
+// The scan's view of the tree (LockIndex::snapshot()): only queues with two
+// or more nodes can hold a wait; lone queues are summarised.
+struct QueueSnapshot {
+  std::vector<LockQueue> contended;                // every queue with >= 2 nodes
+  std::unordered_map<std::string, KeyFacts> keys;  // every owner key with a node in `contended`
+  std::size_t lone_queues = 0;                     // queues with exactly one node (it holds)
+};
+
+// The same graph, cycles, counts (locks, holders, waiters, oldest wait) and
+// per-owner held counts (OwnerInfo::held_count()) as analyze_queues() over
+// every queue the snapshot was taken from, at a cost proportional to the
+// contended queues.
+WaitAnalysis analyze_snapshot(const QueueSnapshot& snapshot, const AnalyzeOptions& options);
 
 // Sorts a queue into grant order (wrap-aware sequence, ties by czxid, then name).
 void sort_queue(std::vector<QueueNode>& nodes);
