@@ -152,13 +152,14 @@ void Daemon::run() {
 std::vector<CycleReport> Daemon::scan_once() {
   const auto started = Clock::now();
   const auto now_ms = wall_now_ms();
-  const auto queues = mirror_->snapshot();
-  const auto analysis = analyze_queues(queues, AnalyzeOptions{now_ms, config_.min_wait});
+  const auto analysis = analyze_snapshot(mirror_->snapshot(), AnalyzeOptions{now_ms, config_.min_wait});
   const auto cycles = analysis.graph.cycles();
   const auto leader_node = election_->leader_node();
 
   std::vector<CycleReport> reports;
   std::set<std::string> seen;
+  // analysis.nodes has only contended queues' nodes; a revoked node in a
+  // lone queue can be on no cycle, so forgetting it early is harmless.
   std::erase_if(revoked_nodes_, [&](const std::string& p) { return !analysis.nodes.count(p); });
   for (const auto& c : cycles) {
     const auto paths = c.node_paths();
@@ -212,9 +213,18 @@ CycleReport Daemon::handle_cycle(const Cycle& cycle, const WaitAnalysis& analysi
     req.victims.push_back({r.victim.node, r.victim.owner, r.victim.czxid});
     if (config_.mode == RevocationMode::all) {
       if (auto it = analysis.owners.find(r.victim.owner); it != analysis.owners.end()) {
+        std::set<std::string> listed{r.victim.node};
         for (const auto& held : it->second.held) {
           const auto n = analysis.nodes.find(held);
           req.victims.push_back({held, r.victim.owner, n != analysis.nodes.end() ? n->second.czxid : 0});
+          listed.insert(held);
+        }
+        // Locks held alone are not in the snapshot: ask the mirror now. A
+        // node in both lists (its waiters left since the snapshot) is
+        // deleted once; one that vanished since fails the multi, like any
+        // change to the cycle, and the next scan looks again.
+        for (auto& lone : mirror_->lone_nodes(it->second.owner_key)) {
+          if (listed.insert(lone.path).second) req.victims.push_back({lone.path, r.victim.owner, lone.czxid});
         }
       }
     }

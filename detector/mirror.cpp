@@ -15,7 +15,9 @@ namespace zklock::detector {
 struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
   // Invariants (under mu): every Dir in `dirs` is the root or a descendant
   // of a listed Dir; every Node's lock is a Dir whose `locks` names it;
-  // `listing` is true exactly while a list of that Dir is queued or in flight.
+  // `index` holds one QueueNode per Node, under (Node::lock, child name), so
+  // a scan reads the index alone; `listing` is true exactly while a list of
+  // that Dir is queued or in flight.
   struct Dir {
     std::size_t depth = 0;
     bool watch_armed = false;
@@ -27,7 +29,6 @@ struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
   };
   struct Node {
     std::string lock;
-    QueueNode q;
     bool have_stat = false;
     bool reading = false;
   };
@@ -54,12 +55,16 @@ struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
   bool root_watch_armed = false;           // GUARDED_BY(mu)
   std::map<std::string, Dir> dirs;         // GUARDED_BY(mu)
   std::map<std::string, Node> nodes;       // GUARDED_BY(mu), by full path
+  LockIndex index;                         // GUARDED_BY(mu): the nodes' queues
   std::deque<Work> queue;                  // GUARDED_BY(mu)
   std::size_t inflight = 0;                // GUARDED_BY(mu)
   MirrorStats stats;                       // GUARDED_BY(mu), counters only
 
   static std::string child_path(const std::string& dir, const std::string& name) {
     return dir == "/" ? "/" + name : dir + "/" + name;
+  }
+  static std::string child_name(const std::string& dir, const std::string& path) {
+    return path.substr(dir == "/" ? 1 : dir.size() + 1);
   }
 
   // --- under mu ---
@@ -76,8 +81,13 @@ struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
     n.reading = true;
     queue.push_back({Work::get, path, generation});
   }
+  // The one way a lock node leaves the mirror (keeps `index` in step).
+  void erase_node(const std::string& dir, const std::string& name) {
+    nodes.erase(child_path(dir, name));
+    index.erase(dir, name);
+  }
   void drop_content(const std::string& path, Dir& d) {
-    for (const auto& name : d.locks) nodes.erase(child_path(path, name));
+    for (const auto& name : d.locks) erase_node(path, name);
     for (const auto& name : d.subdirs) forget_subtree(child_path(path, name));
     d.locks.clear();
     d.subdirs.clear();
@@ -254,8 +264,11 @@ struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
         locks.insert(name);
         if (d.locks.count(name)) continue;
         const auto full = child_path(path, name);
-        auto [nit, inserted] = nodes.try_emplace(full, Node{path, std::move(*q)});
-        if (inserted) enqueue_get(full, nit->second);
+        auto [nit, inserted] = nodes.try_emplace(full, Node{path});
+        if (inserted) {
+          index.insert(path, std::move(*q));
+          enqueue_get(full, nit->second);
+        }
         continue;
       }
       if (d.subdirs.count(name)) {
@@ -275,7 +288,7 @@ struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
       enqueue_list(full, sub);
     }
     for (const auto& name : d.locks) {
-      if (!locks.count(name)) nodes.erase(child_path(path, name));
+      if (!locks.count(name)) erase_node(path, name);
     }
     for (const auto& name : d.subdirs) {
       if (!subdirs.count(name)) forget_subtree(child_path(path, name));
@@ -294,15 +307,14 @@ struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
         if (it != nodes.end()) {
           Node& n = it->second;
           n.reading = false;
+          const auto name = child_name(n.lock, w.path);
           if (s.ok()) {
             n.have_stat = true;
-            n.q.czxid = st.czxid;
-            n.q.ctime_ms = st.ctime;
             auto decoded = decode_node_data(data);
-            if (decoded && owner_key(decoded->owner) == n.q.owner_key) {
-              n.q.owner = decoded->owner;
-              n.q.priority = decoded->priority;
+            if (decoded && owner_key(decoded->owner) == parse_lock_node_name(name)->owner_key) {
+              index.set_read(n.lock, name, st.czxid, st.ctime, std::move(decoded->owner), decoded->priority);
             } else {
+              index.set_read(n.lock, name, st.czxid, st.ctime, {}, 0);
               ++stats.bad_data;
               log->warn("mirror: {}: node data ({} bytes) is malformed, oversized or names another owner; "
                         "owner taken from the node name",
@@ -312,8 +324,9 @@ struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
               notify = [cb = opt.on_node_added, lock_path = n.lock, ctime = st.ctime] { cb(lock_path, ctime); };
             }
           } else if (s.is(Errc::no_node)) {
-            if (auto d = dirs.find(n.lock); d != dirs.end()) d->second.locks.erase(it->first.substr(n.lock.size() + 1));
-            nodes.erase(it);
+            const auto lock_path = n.lock;
+            if (auto d = dirs.find(lock_path); d != dirs.end()) d->second.locks.erase(name);
+            erase_node(lock_path, name);
           } else {
             log->debug("mirror: reading {} failed: {}; retried at the next resync", w.path, errc_name(s.code()));
           }
@@ -378,16 +391,19 @@ void Mirror::start() {
 
 void Mirror::resync() { core_->restart_all(false); }
 
-std::vector<LockQueue> Mirror::snapshot() const {
+QueueSnapshot Mirror::snapshot() const {
   std::lock_guard lock(core_->mu);
-  std::vector<LockQueue> out;
-  std::map<std::string, std::size_t> index;
-  for (const auto& [path, n] : core_->nodes) {
-    auto [it, inserted] = index.try_emplace(n.lock, out.size());
-    if (inserted) out.push_back(LockQueue{n.lock, {}});
-    out[it->second].nodes.push_back(n.q);
-  }
-  return out;
+  return core_->index.snapshot();
+}
+
+std::vector<LockQueue> Mirror::queues() const {
+  std::lock_guard lock(core_->mu);
+  return core_->index.queues();
+}
+
+std::vector<LoneNode> Mirror::lone_nodes(const std::string& owner_key) const {
+  std::lock_guard lock(core_->mu);
+  return core_->index.lone_nodes(owner_key);
 }
 
 MirrorStats Mirror::stats() const {

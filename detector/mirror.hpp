@@ -9,6 +9,11 @@
 // ones are forgotten with their subtree. snapshot() reads memory only: a scan
 // costs no ZooKeeper operation while nothing changes.
 //
+// The nodes live in a LockIndex updated by the same watch-driven diffs, so
+// snapshot() copies only the queues with two or more nodes (the only ones
+// that can hold a wait) plus per-owner-key summaries of the rest: a scan
+// costs in proportion to contended queues, not to held locks.
+//
 // resync() re-lists every directory (a safety net; it arms no second watch
 // where one is armed). A new session (after expiry) loses every watch: the
 // mirror re-lists everything on its own.
@@ -38,6 +43,7 @@
 
 #include <spdlog/logger.h>
 
+#include "detector/lock_index.hpp"
 #include "detector/lock_queue.hpp"
 #include "zklock/client.hpp"
 
@@ -74,8 +80,14 @@ class Mirror {
   void start();
   void resync();
 
-  // The current lock queues (lock paths with at least one zklock node).
-  std::vector<LockQueue> snapshot() const;
+  // The contended queues and the summary of the others, at one instant
+  // (feed it to analyze_snapshot()).
+  QueueSnapshot snapshot() const;
+  // Every lock queue (lock paths with at least one zklock node). O(all
+  // nodes): for tools and tests, not for scans.
+  std::vector<LockQueue> queues() const;
+  // The nodes an owner key holds alone in their queues, now.
+  std::vector<LoneNode> lone_nodes(const std::string& owner_key) const;
   MirrorStats stats() const;
   // True when no read is queued or in flight (the copy is as current as the
   // watches make it).

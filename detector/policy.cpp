@@ -90,7 +90,7 @@ std::vector<Candidate> cycle_candidates(const Cycle& cycle, const WaitAnalysis& 
       c.priority = it->second.priority;
     }
     if (auto it = analysis.owners.find(w.waiter); it != analysis.owners.end()) {
-      c.held = it->second.held.size();
+      c.held = it->second.held_count();
     }
     out.push_back(std::move(c));
   }

@@ -636,6 +636,9 @@ TEST(DetectorE2E, ModeAllRevokesTheVictimsHeldLocksToo) {
   const auto x = root + "/x", y = root + "/y";
   a.hold(x);
   b.hold(y);
+  // Alone in its queue, so not in the scan's snapshot: revoked all the same.
+  b.hold(root + "/z");
+  const auto lone_node = b.leases()[1].node_path();
   auto lost = std::make_shared<std::promise<std::pair<LossReason, std::string>>>();
   b.leases()[0].on_lost([lost](LossReason r, const std::string& d) { lost->set_value({r, d}); });
   const auto held_node = b.leases()[0].node_path();
@@ -660,6 +663,12 @@ TEST(DetectorE2E, ModeAllRevokesTheVictimsHeldLocksToo) {
   ASSERT_TRUE(rec) << "no record for the held node " << held_node;
   EXPECT_EQ(rec->mode, "all");
   EXPECT_EQ(cycle_text(*rec), cycle);
+  EXPECT_TRUE(eventually([&] { return !b.leases()[1].valid(); }, 10s)) << "bob's lone lease is still valid";
+  EXPECT_FALSE(ca.stat(lone_node).has_value());
+  const auto lone_rec = read_revocation_record(ca, lone_node);
+  ASSERT_TRUE(lone_rec) << "no record for the node bob held alone " << lone_node;
+  EXPECT_EQ(lone_rec->mode, "all");
+  EXPECT_EQ(cycle_text(*lone_rec), cycle);
 }
 
 // ===========================================================================

@@ -298,6 +298,58 @@ TEST(Detector, ScansCostNoZooKeeperReadsWhileNothingChanges) {
   EXPECT_EQ(d.mirror().stats().ops_issued, before.ops_issued + 2);
 }
 
+// The scan reads only the contended queues and the mirror's summary of the
+// rest; as watches add and remove nodes, it must keep agreeing with an
+// analysis of every mirrored queue.
+TEST(Detector, TheScanSnapshotAgreesWithTheWholeMirrorAsNodesComeAndGo) {
+  const auto root = test::unique_path("det-index");
+  Owner a("A"), b("B");
+  a.hold(root + "/l1");
+  a.hold(root + "/deep/l2");
+  plant_two_cycle(a, b, root);
+  auto cfg = config(root);
+  cfg.dry_run = true;
+  Daemon d(cfg);
+  auto settle = [&](std::size_t nodes) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!(d.mirror().stats().nodes == nodes && d.mirror().idle()) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_EQ(d.mirror().stats().nodes, nodes);
+  };
+  auto expect_agreement = [&](std::size_t contended, std::size_t a_held) {
+    std::this_thread::sleep_for(cfg.min_wait);  // every wait counts
+    const AnalyzeOptions o{std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch()).count(),
+                           cfg.min_wait};
+    const auto snap = d.mirror().snapshot();
+    EXPECT_EQ(snap.contended.size(), contended);
+    const auto fast = analyze_snapshot(snap, o);
+    const auto full = analyze_queues(d.mirror().queues(), o);
+    EXPECT_EQ(fast.graph.to_json(), full.graph.to_json());
+    EXPECT_EQ(fast.locks, full.locks);
+    EXPECT_EQ(fast.holders, full.holders);
+    EXPECT_EQ(fast.waiters, full.waiters);
+    EXPECT_EQ(fast.owners.at("A").held_count(), a_held);
+    EXPECT_EQ(full.owners.at("A").held_count(), a_held);
+  };
+  settle(6);
+  expect_agreement(2, 3);  // A holds l1, l2 alone and x
+  {
+    Owner c("C");
+    c.enqueue(root + "/l1", Mode::exclusive);  // l1 becomes contended
+    c.hold(root + "/l3");
+    settle(8);
+    expect_agreement(3, 3);
+    EXPECT_EQ(d.mirror().lone_nodes(owner_key("C")).size(), 1u);
+  }  // C's session closes: l1 is lone again, l3 is gone
+  settle(6);
+  expect_agreement(2, 3);
+  EXPECT_TRUE(d.mirror().lone_nodes(owner_key("C")).empty());
+  EXPECT_EQ(d.mirror().lone_nodes(owner_key("A")).size(), 2u);
+  EXPECT_EQ(d.scan_once().size(), 1u);
+}
+
 TEST(Detector, BadInputIsSkippedAndTheCycleStillFound) {
   const auto root = test::unique_path("det-bad");
   Owner a("A"), b("B");

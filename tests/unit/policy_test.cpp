@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "detector/lock_index.hpp"
+
 namespace zklock::detector {
 namespace {
 
@@ -99,6 +101,26 @@ TEST(Policy, CandidatesCarryFactsFromTheAnalysis) {
   EXPECT_EQ(cs[choose_victim(cs, {Policy::youngest})].owner, "B");
   EXPECT_EQ(cs[choose_victim(cs, {Policy::lowest_priority})].owner, "B");
   EXPECT_EQ(cs[choose_victim(cs, {Policy::most_held})].owner, "A");
+
+  // The scan's path: /locks/z is alone in its queue, so it is not in the
+  // snapshot; A's held count must still include it.
+  LockIndex ix;
+  for (const auto& q : std::vector<LockQueue>{{"/locks/x", {mk("A", 1, 10, 0), mk("B", 2, 40, 0)}},
+                                              {"/locks/y", {mk("B", 1, 20, 0), mk("A", 2, 30, 7)}},
+                                              {"/locks/z", {mk("A", 1, 5, 0)}}}) {
+    for (const auto& n : q.nodes) ix.insert(q.path, n);
+  }
+  const auto snap = ix.snapshot();
+  ASSERT_EQ(snap.contended.size(), 2u);
+  const auto s = analyze_snapshot(snap, AnalyzeOptions{now});
+  const auto cs2 = cycle_candidates(s.graph.cycles().at(0), s);
+  ASSERT_EQ(cs2.size(), 2u);
+  EXPECT_EQ(cs2[0].held, 2u);
+  EXPECT_EQ(cs2[1].held, 1u);
+  EXPECT_EQ(cs2[0].czxid, 30);
+  EXPECT_EQ(cs2[0].priority, 7);
+  EXPECT_EQ(cs2[choose_victim(cs2, {Policy::most_held})].owner, "A");
+  EXPECT_EQ(cs2[choose_victim(cs2, {Policy::fewest_held})].owner, "B");
 }
 
 }  // namespace
