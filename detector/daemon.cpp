@@ -114,11 +114,15 @@ void Daemon::run() {
   for (;;) {
     {
       std::unique_lock lock(mu_);
-      auto wake = next_tick;
-      if (!due_.empty()) wake = std::min(wake, *due_.begin());
-      cv_.wait_until(lock, wake, [&] {
-        return stopping_ || (!due_.empty() && *due_.begin() <= Clock::now()) || Clock::now() >= next_tick;
-      });
+      // The deadline is recomputed after every wake-up: a fast-path deadline
+      // scheduled while we sleep is usually earlier than the one we sleep
+      // towards, and must not wait for the next tick.
+      for (;;) {
+        auto wake = next_tick;
+        if (!due_.empty()) wake = std::min(wake, *due_.begin());
+        if (stopping_ || Clock::now() >= wake) break;
+        cv_.wait_until(lock, wake);
+      }
       if (stopping_) break;
       const auto now = Clock::now();
       due_.erase(due_.begin(), due_.upper_bound(now));

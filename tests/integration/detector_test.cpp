@@ -162,6 +162,27 @@ TEST(Detector, BreaksATwoCycleWithTheYoungestVictimAndARecord) {
   EXPECT_EQ(run.daemon().metrics().revocations("revoked"), 1u);
 }
 
+// A new node schedules a scan at its min-wait deadline; the loop must wake
+// for it even while it sleeps towards a much later periodic tick.
+TEST(Detector, TheFastPathScansAtTheMinWaitDeadlineNotAtTheNextTick) {
+  const auto root = test::unique_path("det-fast");
+  auto cfg = config(root);
+  cfg.interval = 20s;
+  cfg.dry_run = true;
+  Running run(cfg);
+  ASSERT_TRUE(run.daemon().mirror().wait_idle(10s));
+  std::this_thread::sleep_for(300ms);  // the first tick's scan is over
+  Owner a("A"), b("B");
+  plant_two_cycle(a, b, root);
+  const auto closed = std::chrono::steady_clock::now();
+  const auto found = run.wait_for("dry_run", 1, 10s);
+  ASSERT_EQ(found.size(), 1u) << "not detected before the next tick";
+  const auto after = std::chrono::duration<double>(std::chrono::steady_clock::now() - closed).count();
+  std::printf("[ detector ] fast path: detected %.3f s after the cycle closed (min-wait %.3f s)\n", after,
+              std::chrono::duration<double>(cfg.min_wait).count());
+  EXPECT_LT(after, 3.0);
+}
+
 TEST(Detector, EachPolicyChoosesItsVictim) {
   struct Case {
     Policy policy;
