@@ -498,6 +498,10 @@ void LockAttempt::watch_blocker(const QueueEntry& blocker) {
 // candidates). Any other marker (the blocker abandoned, expired, was
 // revoked): list again.
 void LockAttempt::on_blocker_gone(const QueueEntry& blocker) {
+  if (only_blocker_listed(blocker)) {
+    grant();
+    return;
+  }
   auto self = shared_from_this();
   const auto gen = generation_;
   impl_->get(req_.lock_path, nullptr, [self, blocker, gen](Status st, std::string marker, const Stat&) {
@@ -519,6 +523,22 @@ void LockAttempt::on_blocker_gone(const QueueEntry& blocker) {
       self->check_earlier_candidates();
     }
   });
+}
+
+// REQUIRES mu_. The nodes ahead of us only ever shrink: our listing was
+// issued after our create, so it held every node ordered before ours, and any
+// node created later is ordered after ours. If the blocker was the only node
+// in that listing that could block us, its deletion leaves nothing ahead of
+// us that blocks — whether it was released, abandoned or revoked — and the
+// hand-off needs no read: a lone waiter is granted on the notification.
+bool LockAttempt::only_blocker_listed(const QueueEntry& blocker) const {
+  if (!listing_) return false;
+  for (std::size_t i = 0; i < self_index_; ++i) {
+    const auto& e = listing_->queue[i];
+    if (e.name.name == blocker.name.name) continue;
+    if (req_.mode == Mode::exclusive || e.name.mode == Mode::exclusive) return false;
+  }
+  return true;
 }
 
 // REQUIRES mu_. Pipelined exists (no watch) on every earlier node we know of;

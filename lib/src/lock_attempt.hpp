@@ -102,6 +102,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   void watch_own_node();
   void own_node_gone_locked();
   void on_blocker_gone(const QueueEntry& blocker);
+  bool only_blocker_listed(const QueueEntry& blocker) const;
   void check_earlier_candidates();
   void relist();
   void resync();

@@ -120,6 +120,54 @@ TEST(FairMutex, AsyncAcquireReleaseChainOnOneSession) {
   EXPECT_TRUE(c.children(path).empty());
 }
 
+// The hand-off without a read applies only when the vanished node was the
+// only one ahead: a waiter behind an abandoned middle waiter keeps waiting
+// for the holder, and a lone waiter is granted when the holder's node goes
+// without a marker (revoked).
+TEST(FairMutex, WaiterBehindAnAbandonedWaiterWaitsForTheHolder) {
+  Client c(shared_opts());
+  const auto path = unique_lock_path("abandoned-middle");
+  FairMutex m(c, path);
+  Lease holder = m.acquire({.owner = "holder"});
+  std::stop_source give_up;
+  std::promise<AcquireResult> middle, last;
+  m.acquire_async([&](AcquireResult r) { middle.set_value(std::move(r)); }, {.owner = "middle"},
+                  std::chrono::milliseconds::zero(), give_up.get_token());
+  ASSERT_TRUE(eventually([&] { return c.children(path).size() == 2; }));
+  m.acquire_async([&](AcquireResult r) { last.set_value(std::move(r)); }, {.owner = "last"});
+  ASSERT_TRUE(eventually([&] { return c.children(path).size() == 3; }));
+  give_up.request_stop();
+  auto mf = middle.get_future();
+  ASSERT_EQ(mf.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(mf.get().error->code(), Errc::cancelled);
+  ASSERT_TRUE(eventually([&] { return c.children(path).size() == 2; }));
+  auto lf = last.get_future();
+  EXPECT_EQ(lf.wait_for(500ms), std::future_status::timeout) << "granted while the holder still holds";
+  EXPECT_TRUE(holder.valid());
+  holder.release();
+  ASSERT_EQ(lf.wait_for(5s), std::future_status::ready);
+  auto lr = lf.get();
+  ASSERT_FALSE(lr.error) << lr.error->what();
+  EXPECT_TRUE(lr.lease.token() > holder.token());
+}
+
+TEST(FairMutex, LoneWaiterIsGrantedWhenTheHolderIsRevoked) {
+  Client c(shared_opts()), other(shared_opts());
+  const auto path = unique_lock_path("revoked-head");
+  FairMutex m(c, path), mo(other, path);
+  Lease holder = m.acquire({.owner = "holder"});
+  std::promise<AcquireResult> waiter;
+  mo.acquire_async([&](AcquireResult r) { waiter.set_value(std::move(r)); }, {.owner = "waiter"});
+  ASSERT_TRUE(eventually([&] { return c.children(path).size() == 2; }));
+  other.remove(holder.node_path(), -1, [](Status) {});  // no marker: as the detector or an operator would
+  auto wf = waiter.get_future();
+  ASSERT_EQ(wf.wait_for(5s), std::future_status::ready);
+  auto wr = wf.get();
+  ASSERT_FALSE(wr.error) << wr.error->what();
+  EXPECT_TRUE(wr.lease.valid());
+  EXPECT_TRUE(eventually([&] { return holder.loss_reason() == LossReason::revoked; }));
+}
+
 TEST(FairMutex, SameOwnerTwiceWouldDeadlock) {
   Client c(shared_opts());
   FairMutex m(c, unique_lock_path("reentry"));

@@ -187,6 +187,7 @@ DrainFigures drain(ZkServer& srv, int waiters, int sessions) {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<Grant> grants;
+  int released = 0;  // GUARDED_BY(mu): releases the server has answered
   std::atomic<int> inside{0}, overlaps{0}, failed{0};
   for (int i = 0; i < waiters; ++i) {
     const auto s = static_cast<std::size_t>(i % sessions);
@@ -202,7 +203,14 @@ DrainFigures drain(ZkServer& srv, int waiters, int sessions) {
               grants.push_back({r.lease.token().czxid(), session});
             }
             inside.fetch_sub(1);
-            r.lease.release();
+            // The counters are read once every release is answered: the
+            // last release's notification must be in them.
+            r.lease.release_async([&] {
+              std::lock_guard lk(mu);
+              ++released;
+              cv.notify_all();
+            });
+            return;
           }
           std::lock_guard lk(mu);
           cv.notify_all();
@@ -236,8 +244,8 @@ DrainFigures drain(ZkServer& srv, int waiters, int sessions) {
   holder.release();
   {
     std::unique_lock lk(mu);
-    EXPECT_TRUE(cv.wait_for(lk, 120s, [&] { return static_cast<int>(grants.size()) + failed.load() == waiters; }))
-        << grants.size() << " granted, " << failed << " failed";
+    EXPECT_TRUE(cv.wait_for(lk, 120s, [&] { return released + failed.load() == waiters; }))
+        << grants.size() << " granted, " << released << " released, " << failed << " failed";
   }
   f.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const auto m1 = srv.mntr();
