@@ -41,6 +41,7 @@
 
 #include "detector/daemon.hpp"
 #include "fault_proxy.hpp"
+#include "running_daemon.hpp"
 #include "zk_harness.hpp"
 #include "zklock/fair_mutex.hpp"
 #include "zklock/node_name.hpp"
@@ -276,49 +277,8 @@ DetectorConfig config(const std::string& zk, const std::string& root, const std:
 }
 
 // Runs a Daemon on its own thread and collects its cycle reports.
-class Running {
- public:
-  explicit Running(DetectorConfig cfg) : daemon_(std::move(cfg)) {
-    daemon_.on_cycle = [this](const CycleReport& r) {
-      std::lock_guard lock(mu_);
-      reports_.push_back(r);
-      cv_.notify_all();
-    };
-    thread_ = std::thread([this] { daemon_.run(); });
-  }
-  ~Running() {
-    daemon_.stop();
-    thread_.join();
-  }
-  Daemon& daemon() { return daemon_; }
-  const DetectorConfig& cfg() const { return daemon_.config(); }
-
-  std::vector<CycleReport> wait_for(const std::string& outcome, std::size_t n, milliseconds timeout) {
-    std::unique_lock lock(mu_);
-    std::vector<CycleReport> out;
-    cv_.wait_for(lock, timeout, [&] {
-      out.clear();
-      for (const auto& r : reports_) {
-        if (r.outcome == outcome) out.push_back(r);
-      }
-      return out.size() >= n;
-    });
-    return out;
-  }
-  std::map<std::string, std::size_t> outcomes() {
-    std::lock_guard lock(mu_);
-    std::map<std::string, std::size_t> m;
-    for (const auto& r : reports_) ++m[r.outcome];
-    return m;
-  }
-
- private:
-  Daemon daemon_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<CycleReport> reports_;
-  std::thread thread_;
-};
+// Runs a Daemon on its own thread and collects its cycle reports.
+using Running = test::RunningDaemon;
 
 void print_report(const CycleReport& r, const DetectorConfig& cfg, const std::string& label) {
   const auto bound = latency_bound(cfg.min_wait, cfg.interval);

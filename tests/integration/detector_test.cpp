@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "detector/daemon.hpp"
+#include "running_daemon.hpp"
 #include "zk_harness.hpp"
 #include "zklock/node_data.hpp"
 #include "zklock/revocation.hpp"
@@ -70,48 +71,7 @@ DetectorConfig config(const std::string& root, Policy policy = Policy::youngest)
 }
 
 // Runs a Daemon on its own thread and collects its cycle reports.
-class Running {
- public:
-  explicit Running(DetectorConfig cfg) : daemon_(std::move(cfg)) {
-    daemon_.on_cycle = [this](const CycleReport& r) {
-      std::lock_guard lock(mu_);
-      reports_.push_back(r);
-      cv_.notify_all();
-    };
-    thread_ = std::thread([this] { daemon_.run(); });
-  }
-  ~Running() {
-    daemon_.stop();
-    thread_.join();
-  }
-  Daemon& daemon() { return daemon_; }
-
-  // Waits (bounded) until `n` reports with outcome `outcome` arrived.
-  std::vector<CycleReport> wait_for(const std::string& outcome, std::size_t n, std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mu_);
-    std::vector<CycleReport> out;
-    cv_.wait_for(lock, timeout, [&] {
-      out.clear();
-      for (const auto& r : reports_) {
-        if (r.outcome == outcome) out.push_back(r);
-      }
-      return out.size() >= n;
-    });
-    return out;
-  }
-  std::size_t count(const std::string& outcome) {
-    std::lock_guard lock(mu_);
-    return static_cast<std::size_t>(
-        std::count_if(reports_.begin(), reports_.end(), [&](const CycleReport& r) { return r.outcome == outcome; }));
-  }
-
- private:
-  Daemon daemon_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<CycleReport> reports_;
-  std::thread thread_;
-};
+using Running = test::RunningDaemon;
 
 void print_latency(const CycleReport& r, const DetectorConfig& cfg) {
   std::printf("[ detector ] cycle %s -> victim %s, detection latency %.3f s (bound %.3f s)\n", r.text.c_str(),
