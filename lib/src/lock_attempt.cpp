@@ -144,16 +144,18 @@ void LockAttempt::begin() {
 }
 
 
-// Listings are batched per (client, lock path): creates go out at once, and
-// one get_children issued after a burst of them serves every attempt whose
-// create preceded it (one session's requests execute in order). It is parsed
-// and ordered once. An uncontended acquire still costs one round trip; a
-// burst of N local waiters costs one listing instead of N (N² bytes).
+// Listings are batched per (client, lock path), with at most one in flight:
+// creates go out at once; an attempt that needs a listing while one is in
+// flight enrolls, and when that answer arrives one get_children goes out for
+// everyone enrolled meanwhile (one session's requests execute in order, so
+// it lists all their nodes). It is parsed and ordered once. An uncontended
+// acquire still costs one round trip (no listing in flight: it goes out
+// behind the create); a burst of N local waiters costs about one listing per
+// round trip of the burst instead of N, each of O(N) bytes.
 struct ListingBatch {
   std::mutex mu;
   std::vector<std::pair<std::weak_ptr<LockAttempt>, std::uint64_t>> waiting;  // GUARDED_BY(mu)
-  bool scheduled = false;                                                      // GUARDED_BY(mu)
-  int inflight = 0;  // listings sent and not yet answered                      GUARDED_BY(mu)
+  bool inflight = false;  // a listing is sent and not yet answered             GUARDED_BY(mu)
 };
 
 namespace {
@@ -199,28 +201,23 @@ std::shared_ptr<const Listing> parse_listing(Status st, std::vector<std::string>
 }
 }  // namespace
 
-// Issues the listing for everything enrolled so far (timer thread).
-void LockAttempt::flush_batch(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std::string path) {
-  std::lock_guard lk(batch->mu);
-  auto waiting = std::move(batch->waiting);
-  batch->waiting.clear();
-  batch->scheduled = false;
-  if (!waiting.empty()) {
-    issue_listing(impl, batch, std::move(path), std::move(waiting));
-  } else if (batch->inflight == 0) {
-    forget_batch(impl, path, batch);
-  }
-}
-
-// REQUIRES batch->mu. One get_children serving every attempt in `waiting`.
+// REQUIRES batch->mu. One get_children serving every attempt in `waiting`;
+// its answer sends the next one for whoever enrolled meanwhile.
 void LockAttempt::issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std::string path,
                                 std::vector<std::pair<std::weak_ptr<LockAttempt>, std::uint64_t>> waiting) {
-  ++batch->inflight;
+  batch->inflight = true;
   auto served = std::make_shared<decltype(waiting)>(std::move(waiting));
   impl->get_children(path, nullptr, [impl, path, batch, served](Status st, std::vector<std::string> children) {
     {
       std::lock_guard lk(batch->mu);
-      if (--batch->inflight == 0 && !batch->scheduled && batch->waiting.empty()) forget_batch(impl, path, batch);
+      batch->inflight = false;
+      if (!batch->waiting.empty()) {
+        // Sent before this answer is handed out: an attempt that lists
+        // again in on_listing enrolls behind it and waits one round trip.
+        issue_listing(impl, batch, path, std::exchange(batch->waiting, {}));
+      } else {
+        forget_batch(impl, path, batch);
+      }
     }
     auto listing = parse_listing(st, std::move(children), *impl->log, path);
     for (auto& [weak, gen] : *served) {
@@ -229,10 +226,9 @@ void LockAttempt::issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch
   });
 }
 
-// REQUIRES mu_. Gets a listing issued after our create (if any). With no
-// listing of this lock in flight, it goes out at once, right behind the
-// create (the uncontended path: no thread hop). Otherwise we join the next
-// batch, which the timer thread sends as one request for everyone enrolled.
+// REQUIRES mu_. Gets a listing issued after our create (if any): at once,
+// right behind the create, when none of this lock is in flight (the
+// uncontended path: no thread hop); otherwise with the next batch.
 void LockAttempt::list_soon(bool with_create) {
   auto batch = batch_for(impl_, req_.lock_path);
   std::lock_guard lk(batch->mu);
@@ -245,14 +241,10 @@ void LockAttempt::list_soon(bool with_create) {
                     self->on_created(st, path, stat, gen);
                   });
   }
-  if (!batch->scheduled && batch->inflight == 0) {
+  if (!batch->inflight) {
     issue_listing(impl_, batch, req_.lock_path, {{weak_from_this(), gen}});
-    return;
-  }
-  batch->waiting.emplace_back(weak_from_this(), gen);
-  if (!batch->scheduled) {
-    batch->scheduled = true;
-    impl_->defer([impl = impl_, batch, path = req_.lock_path] { flush_batch(impl, batch, path); });
+  } else {
+    batch->waiting.emplace_back(weak_from_this(), gen);
   }
 }
 

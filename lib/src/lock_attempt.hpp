@@ -91,7 +91,6 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   void ensure_parent_then_create();
   void create_and_list();
   void list_soon(bool with_create);
-  static void flush_batch(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std::string path);
   static void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std::string path,
                             std::vector<std::pair<std::weak_ptr<LockAttempt>, std::uint64_t>> waiting);
   void on_created(Status st, const std::string& path, const Stat& stat, std::uint64_t gen);
