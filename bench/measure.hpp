@@ -118,18 +118,24 @@ struct Env {
   std::function<void(const std::string&)> log;  // progress to stderr
 };
 
-// Waits until the server is quiet: packets_received unchanged over `still`
-// (bounded by `limit`). Used between phases so one phase's stragglers are not
+// Waits until the server and this process are quiet: packets_received
+// unchanged and under 5 % CPU over `still` (bounded by `limit`). Used between phases so one phase's stragglers are not
 // counted in the next.
 inline void settle(const Env& env, std::chrono::milliseconds still = std::chrono::milliseconds(200),
                    std::chrono::milliseconds limit = std::chrono::seconds(30)) {
   const auto deadline = Clock::now() + limit;
   auto last = Traffic::from(env.mntr()).packets_received;
+  auto last_cpu = process_cpu_seconds();
   while (Clock::now() < deadline) {
     std::this_thread::sleep_for(still);
     const auto now = Traffic::from(env.mntr()).packets_received;
-    if (now - last <= Traffic::kMntrReceived) return;  // only our own mntr
+    const auto cpu = process_cpu_seconds();
+    // Only our own mntr reached the server, and this process is idle too (a
+    // client may still be working through large answers it already has).
+    const bool client_idle = cpu - last_cpu < 0.05 * std::chrono::duration<double>(still).count();
+    if (now - last <= Traffic::kMntrReceived && client_idle) return;
     last = now;
+    last_cpu = cpu;
   }
 }
 

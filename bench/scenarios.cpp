@@ -386,6 +386,28 @@ struct DrainResult {
   double rate = 0;  // acquisitions/s while draining
   Traffic traffic;
   int errors = 0, violations = 0;
+  double cpu = 0;  // client CPU while draining (every session of the side)
+  std::vector<double> gaps_us;  // between consecutive grants: where a slow drain spends its time
+};
+
+// Grant times of one drain, appended from the callbacks.
+class GrantClock {
+ public:
+  explicit GrantClock(int n) { times_.reserve(static_cast<std::size_t>(n)); }
+  void mark() {
+    std::lock_guard lk(mu_);
+    times_.push_back(Clock::now());
+  }
+  std::vector<double> gaps_us() {
+    std::lock_guard lk(mu_);
+    std::vector<double> g;
+    for (std::size_t i = 1; i < times_.size(); ++i) g.push_back(micros(times_[i] - times_[i - 1]));
+    return g;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Clock::time_point> times_;  // GUARDED_BY(mu_)
 };
 
 DrainResult drain_zklock(const Env& env, int n, int sessions) {
@@ -393,6 +415,7 @@ DrainResult drain_zklock(const Env& env, int n, int sessions) {
   // Declared first: pending callbacks (run with Errc::closing when a Client
   // is destroyed on an error path) must find these alive.
   Latch latch(n);
+  GrantClock grants(n);
   std::atomic<int> errors{0}, inside{0}, violations{0};
   Client holder_client(client_options(env));
   holder_client.ensure_path(path, CreateMode::persistent);
@@ -412,6 +435,7 @@ DrainResult drain_zklock(const Env& env, int n, int sessions) {
           if (r.error) {
             ++errors;
           } else {
+            grants.mark();
             if (inside.fetch_add(1) != 0) ++violations;
             inside.fetch_sub(1);
             r.lease.release();
@@ -425,19 +449,23 @@ DrainResult drain_zklock(const Env& env, int n, int sessions) {
   settle(env);
   DrainResult r;
   const auto m0 = Traffic::from(env.mntr());
+  const double c0 = process_cpu_seconds();
   const auto start = Clock::now();
   holder.release();
   if (!latch.wait_for(milliseconds(600'000))) throw std::runtime_error("zklock drain did not finish");
   r.rate = n / seconds(Clock::now() - start);
+  r.cpu = process_cpu_seconds() - c0;
   r.traffic = Traffic::from(env.mntr()) - m0;
   r.errors = errors;
   r.violations = violations;
+  r.gaps_us = grants.gaps_us();
   return r;
 }
 
 DrainResult drain_floor(const Env& env, int n, int sessions) {
   const auto path = env.root + "/drain" + std::to_string(n) + "-floor";
   Latch latch(n);  // declared before the sessions: their callbacks use it
+  GrantClock grants(n);
   std::atomic<int> errors{0}, inside{0}, violations{0};
   FloorSession holder_session(env.connect, kSessionTimeout);
   holder_session.ensure_path(path);
@@ -453,6 +481,7 @@ DrainResult drain_floor(const Env& env, int n, int sessions) {
         latch.count_down();
         return;
       }
+      grants.mark();
       if (inside.fetch_add(1) != 0) ++violations;
       inside.fetch_sub(1);
       floor_release_async(*s, node, [&](int) { latch.count_down(); });
@@ -462,13 +491,16 @@ DrainResult drain_floor(const Env& env, int n, int sessions) {
   settle(env);
   DrainResult r;
   const auto m0 = Traffic::from(env.mntr());
+  const double c0 = process_cpu_seconds();
   const auto start = Clock::now();
   holder.release();
   if (!latch.wait_for(milliseconds(600'000))) throw std::runtime_error("floor drain did not finish");
   r.rate = n / seconds(Clock::now() - start);
+  r.cpu = process_cpu_seconds() - c0;
   r.traffic = Traffic::from(env.mntr()) - m0;
   r.errors = errors;
   r.violations = violations;
+  r.gaps_us = grants.gaps_us();
   return r;
 }
 
@@ -494,6 +526,10 @@ Figures drain(const Env& env, const Sizes& s) {
                    f.traffic.bytes_to_clients() / dn, {}});
     out.push_back({sc, "requests/acquisition", "", z.traffic.packets_received / dn, f.traffic.packets_received / dn,
                    {}});
+    out.push_back({sc, "client CPU/acquisition", "us", z.cpu * 1e6 / dn, f.cpu * 1e6 / dn, {}});
+    out.push_back({sc, "grant gap p50", "us", percentile(z.gaps_us, 50), percentile(f.gaps_us, 50), {}});
+    out.push_back({sc, "grant gap p99", "us", percentile(z.gaps_us, 99), percentile(f.gaps_us, 99), {}});
+    out.push_back({sc, "grant gap max", "us", percentile(z.gaps_us, 100), percentile(f.gaps_us, 100), {}});
     out.push_back({sc, "errors + violations", "", double(z.errors + z.violations), double(f.errors + f.violations),
                    Target::value_le(0)});
     results.emplace_back(z, f);
