@@ -373,6 +373,8 @@ Figures handoff(const Env& env, const Sizes& s) {
     const std::string sc = "hand-off (" + std::to_string(k) + " contenders)";
     out.push_back({sc, "release->grant p50", "us", percentile(z.handoff_us, 50), percentile(f.handoff_us, 50), {}});
     out.push_back({sc, "release->grant p99", "us", percentile(z.handoff_us, 99), percentile(f.handoff_us, 99), {}});
+    const double n = static_cast<double>(k) * s.handoff_cycles;
+    out.push_back({sc, "requests/acquisition", "", z.traffic.packets_received / n, f.traffic.packets_received / n, {}});
     out.push_back({sc, "exclusion violations", "", double(z.violations), double(f.violations), Target::value_le(0)});
   }
   return out;
