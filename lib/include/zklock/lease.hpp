@@ -76,9 +76,10 @@ class Lease {
   // The same without waiting: the delete is sent and this returns at once.
   // `done` (optional) runs once on the client's callback thread when the node
   // is gone — deleted, or gone with its session; after a disconnect the
-  // delete is retried when the same session returns. A lease already
-  // released (or never granted) calls `done` at once. `done` does not run if
-  // the Client is closed first. Never throws.
+  // delete is retried when the same session returns. On a lease already
+  // released it is posted at once; on one that holds nothing (default or
+  // moved-from) it runs at once on the calling thread. `done` does not run
+  // if the Client is closed first. Never throws.
   void release_async(std::function<void()> done = {}) noexcept;
 
   const std::string& lock_path() const;
