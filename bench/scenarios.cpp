@@ -413,13 +413,47 @@ class GrantClock {
   std::vector<Clock::time_point> times_;  // GUARDED_BY(mu_)
 };
 
+// What both sides of a drain share: the counters their callbacks update, and
+// the timed part, from the holder's release until every waiter was granted.
+struct DrainRun {
+  explicit DrainRun(int n) : n(n), latch(n), grants(n) {}
+
+  // A waiter was granted: note when, and whether anyone else was inside.
+  void granted() {
+    grants.mark();
+    if (inside.fetch_add(1) != 0) ++violations;
+    inside.fetch_sub(1);
+  }
+
+  DrainResult time(const Env& env, const std::function<void()>& release_holder, const std::string& side) {
+    settle(env);
+    DrainResult r;
+    const auto m0 = Traffic::from(env.mntr());
+    const double c0 = process_cpu_seconds();
+    const auto start = Clock::now();
+    release_holder();
+    if (!latch.wait_for(milliseconds(600'000))) throw std::runtime_error(side + " drain did not finish");
+    r.grants = n;
+    r.seconds = seconds(Clock::now() - start);
+    r.cpu = process_cpu_seconds() - c0;
+    r.traffic = Traffic::from(env.mntr()) - m0;
+    r.errors = errors;
+    r.violations = violations;
+    r.gaps_us = grants.gaps_us();
+    return r;
+  }
+
+  const int n;
+  Latch latch;  // counted down once per waiter: granted and released, or failed
+  GrantClock grants;
+  std::atomic<int> errors{0}, inside{0}, violations{0};
+};
+
 DrainResult drain_zklock(const Env& env, int n, int sessions, int rep) {
   const auto path = env.root + "/drain" + std::to_string(n) + "-" + std::to_string(rep) + "-zklock";
   // Declared first: pending callbacks (run with Errc::closing when a Client
-  // is destroyed on an error path) must find these alive.
-  Latch latch(n);
-  GrantClock grants(n);
-  std::atomic<int> errors{0}, inside{0}, violations{0};
+  // is destroyed on an error path) must find it alive.
+  DrainRun run(n);
   Client holder_client(client_options(env));
   holder_client.ensure_path(path, CreateMode::persistent);
   FairMutex holder_mutex(holder_client, path);
@@ -436,41 +470,23 @@ DrainResult drain_zklock(const Env& env, int n, int sessions, int rep) {
     mutexes[static_cast<std::size_t>(i % sessions)]->acquire_async(
         [&](AcquireResult r) {
           if (r.error) {
-            ++errors;
+            ++run.errors;
           } else {
-            grants.mark();
-            if (inside.fetch_add(1) != 0) ++violations;
-            inside.fetch_sub(1);
+            run.granted();
             r.lease.release();
           }
-          latch.count_down();
+          run.latch.count_down();
         },
         o);
   }
   FloorSession probe(env.connect, kSessionTimeout);
-  wait_children(probe, path, [&] { return n + 1 - errors.load(); }, milliseconds(300'000));
-  settle(env);
-  DrainResult r;
-  const auto m0 = Traffic::from(env.mntr());
-  const double c0 = process_cpu_seconds();
-  const auto start = Clock::now();
-  holder.release();
-  if (!latch.wait_for(milliseconds(600'000))) throw std::runtime_error("zklock drain did not finish");
-  r.grants = n;
-  r.seconds = seconds(Clock::now() - start);
-  r.cpu = process_cpu_seconds() - c0;
-  r.traffic = Traffic::from(env.mntr()) - m0;
-  r.errors = errors;
-  r.violations = violations;
-  r.gaps_us = grants.gaps_us();
-  return r;
+  wait_children(probe, path, [&] { return n + 1 - run.errors.load(); }, milliseconds(300'000));
+  return run.time(env, [&] { holder.release(); }, "zklock");
 }
 
 DrainResult drain_floor(const Env& env, int n, int sessions, int rep) {
   const auto path = env.root + "/drain" + std::to_string(n) + "-" + std::to_string(rep) + "-floor";
-  Latch latch(n);  // declared before the sessions: their callbacks use it
-  GrantClock grants(n);
-  std::atomic<int> errors{0}, inside{0}, violations{0};
+  DrainRun run(n);  // declared before the sessions: their callbacks use it
   FloorSession holder_session(env.connect, kSessionTimeout);
   holder_session.ensure_path(path);
   FloorLock holder(holder_session, path);
@@ -481,32 +497,16 @@ DrainResult drain_floor(const Env& env, int n, int sessions, int rep) {
     FloorSession* s = ss[static_cast<std::size_t>(i % sessions)].get();
     floor_acquire_async(*s, path, [&, s](int rc, const std::string& node) {
       if (rc != ZOK) {
-        ++errors;
-        latch.count_down();
+        ++run.errors;
+        run.latch.count_down();
         return;
       }
-      grants.mark();
-      if (inside.fetch_add(1) != 0) ++violations;
-      inside.fetch_sub(1);
-      floor_release_async(*s, node, [&](int) { latch.count_down(); });
+      run.granted();
+      floor_release_async(*s, node, [&](int) { run.latch.count_down(); });
     });
   }
-  wait_children(holder_session, path, [&] { return n + 1 - errors.load(); }, milliseconds(300'000));
-  settle(env);
-  DrainResult r;
-  const auto m0 = Traffic::from(env.mntr());
-  const double c0 = process_cpu_seconds();
-  const auto start = Clock::now();
-  holder.release();
-  if (!latch.wait_for(milliseconds(600'000))) throw std::runtime_error("floor drain did not finish");
-  r.grants = n;
-  r.seconds = seconds(Clock::now() - start);
-  r.cpu = process_cpu_seconds() - c0;
-  r.traffic = Traffic::from(env.mntr()) - m0;
-  r.errors = errors;
-  r.violations = violations;
-  r.gaps_us = grants.gaps_us();
-  return r;
+  wait_children(holder_session, path, [&] { return n + 1 - run.errors.load(); }, milliseconds(300'000));
+  return run.time(env, [&] { holder.release(); }, "floor");
 }
 
 void add(DrainResult& sum, DrainResult one) {
