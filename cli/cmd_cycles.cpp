@@ -16,12 +16,6 @@ struct CyclesOptions {
   std::string min_wait = "0s";
 };
 
-nlohmann::json wait_json(const detector::Wait& w) {
-  return {{"waiter", w.waiter},           {"blocker", w.blocker},
-          {"lock", w.lock},               {"waiter_node", w.waiter_node},
-          {"blocker_node", w.blocker_node}, {"kind", detector::edge_kind_name(w.kind)}};
-}
-
 void run_cycles(const GlobalOptions& g, const CyclesOptions& o) {
   const auto min_wait = parse_duration(o.min_wait);
   const std::string path = o.path.empty() ? resolve_path(g.root, "/") : resolve_path(o.path, g.root);
@@ -32,11 +26,7 @@ void run_cycles(const GlobalOptions& g, const CyclesOptions& o) {
 
   if (g.json) {
     nlohmann::json j{{"root", path}, {"cycles", nlohmann::json::array()}};
-    for (const auto& c : cycles) {
-      nlohmann::json cj{{"text", detector::cycle_text(c)}, {"owners", c.owners()}, {"waits", nlohmann::json::array()}};
-      for (const auto& w : c.waits) cj["waits"].push_back(wait_json(w));
-      j["cycles"].push_back(std::move(cj));
-    }
+    for (const auto& c : cycles) j["cycles"].push_back(cycle_json(c));
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return;
   }

@@ -26,12 +26,6 @@ struct GraphOptions {
 
 using detector::dot_quote;
 
-nlohmann::json wait_json(const detector::Wait& w) {
-  return {{"waiter", w.waiter},           {"blocker", w.blocker},
-          {"lock", w.lock},               {"waiter_node", w.waiter_node},
-          {"blocker_node", w.blocker_node}, {"kind", detector::edge_kind_name(w.kind)}};
-}
-
 // One owner's node on one lock: a hold or a wait.
 struct Link {
   std::string lock, owner, node;
@@ -121,11 +115,7 @@ void run_graph(const GlobalOptions& g, const GraphOptions& o) {
     for (auto& [_, lj] : by_lock) j["locks"].push_back(std::move(lj));
     j["owners"] = owners;
     for (const auto& w : analysis.graph.waits()) j["waits"].push_back(wait_json(w));
-    for (const auto& c : cycles) {
-      nlohmann::json cj{{"text", detector::cycle_text(c)}, {"owners", c.owners()}, {"waits", nlohmann::json::array()}};
-      for (const auto& w : c.waits) cj["waits"].push_back(wait_json(w));
-      j["cycles"].push_back(std::move(cj));
-    }
+    for (const auto& c : cycles) j["cycles"].push_back(cycle_json(c));
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return;
   }

@@ -177,4 +177,16 @@ std::optional<std::string> read_ensemble_id(Client& client) {
   return id;
 }
 
+nlohmann::json wait_json(const detector::Wait& w) {
+  return {{"waiter", w.waiter},           {"blocker", w.blocker},
+          {"lock", w.lock},               {"waiter_node", w.waiter_node},
+          {"blocker_node", w.blocker_node}, {"kind", detector::edge_kind_name(w.kind)}};
+}
+
+nlohmann::json cycle_json(const detector::Cycle& c) {
+  nlohmann::json j{{"text", detector::cycle_text(c)}, {"owners", c.owners()}, {"waits", nlohmann::json::array()}};
+  for (const auto& w : c.waits) j["waits"].push_back(wait_json(w));
+  return j;
+}
+
 }  // namespace zklock::cli

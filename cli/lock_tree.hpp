@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "detector/lock_queue.hpp"
 #include "zklock/client.hpp"
 #include "zklock/node_data.hpp"
@@ -53,6 +55,11 @@ detector::WaitAnalysis analyze(const std::vector<LockView>& locks, std::chrono::
 // The owner a node records (data), or "owner-key:<key>" when unknown — the
 // same rule analyze_queues() applies.
 std::string owner_of(const NodeView& node);
+
+// The --json shapes of one owner-to-owner wait and of one cycle (its text,
+// owners and waits), shared by `zklock cycles` and `zklock graph`.
+nlohmann::json wait_json(const detector::Wait& w);
+nlohmann::json cycle_json(const detector::Cycle& c);
 
 // The ensemble id at /zklock/ensemble-id without creating it (nullopt when
 // absent: no lock was ever taken on this ensemble).
