@@ -38,6 +38,7 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 using zklock::test::ChildProcess;
 using zklock::test::Clock;
+using zklock::test::eventually;
 
 const char* const kZklock = ZKLOCK_CLI_BINARY;
 
@@ -125,15 +126,6 @@ RunResult run_process(const std::vector<std::string>& argv, const Env& env, mill
   return r;
 }
 
-// Waits (bounded) until `pred` holds, checking every 20 ms.
-bool eventually(const std::function<bool()>& pred, milliseconds timeout = 20s) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return pred();
-}
 
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p);
@@ -623,7 +615,7 @@ TEST_F(CliTest, CrossOrderNestedExecsFormACycleThatRevokeBreaks) {
     if (r.code != 0) return false;
     cycles = json::parse(r.out);
     return cycles["cycles"].size() == 1;
-  }));
+  }, 20s));
   const auto& cycle = cycles["cycles"][0];
   EXPECT_EQ(cycle["owners"], json::array({"alice", "bob"}));
   EXPECT_EQ(cycle["text"], "alice -[" + root_ + "/Y]-> bob -[" + root_ + "/X]-> alice");

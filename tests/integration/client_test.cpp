@@ -189,8 +189,7 @@ TEST_F(ClientFailover, UnreachablePastTheTimeoutIsLostThenANewSession) {
   proxy.cut();
   ASSERT_TRUE(log.wait_for(ConnectionState::suspended, 5s));
   // The server expires the session (and its ephemeral node) on its own.
-  const auto deadline = Clock::now() + 10s;
-  while (Clock::now() < deadline && direct.stat("/eph2")) std::this_thread::sleep_for(20ms);
+  test::eventually([&] { return !direct.stat("/eph2"); }, 10s);
   ASSERT_FALSE(direct.stat("/eph2")) << "the server did not expire the unreachable session";
   EXPECT_LE(c.valid_until(), Clock::now());  // the client's bound ran out first
   proxy.refuse(false);

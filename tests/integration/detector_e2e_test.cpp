@@ -57,16 +57,7 @@ using std::chrono::milliseconds;
 
 double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// Polls `done` every 10 ms until it holds or `timeout` passes.
-template <class F>
-bool eventually(F done, milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    if (done()) return true;
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-}
+using test::eventually;
 
 // Throws (the test fails with the message) unless `ok`.
 void require(bool ok, const std::string& what) {

@@ -245,11 +245,8 @@ TEST(Detector, WaitsYoungerThanMinWaitAreNeverRevoked) {
   Running run(cfg);
   // At least ten full scans of a mirrored tree, then look.
   ASSERT_TRUE(run.daemon().mirror().wait_idle(10s));
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
   const auto start = run.daemon().metrics().scans();
-  while (run.daemon().metrics().scans() < start + 10 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(50ms);
-  }
+  test::eventually([&] { return run.daemon().metrics().scans() >= start + 10; }, 10s);
   EXPECT_GE(run.daemon().metrics().scans(), start + 10);
   EXPECT_EQ(run.count("revoked"), 0u);
   EXPECT_EQ(run.daemon().metrics().cycles_detected(), 0u);
@@ -270,10 +267,7 @@ TEST(Detector, ScansCostNoZooKeeperReadsWhileNothingChanges) {
   EXPECT_EQ(d.mirror().stats().ops_issued, before.ops_issued);
   // A change costs a re-list of that one directory plus one read per new node.
   a.hold(root + "/one/x");
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (d.mirror().stats().nodes < 3 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
-  }
+  test::eventually([&] { return d.mirror().stats().nodes >= 3; }, 10s);
   ASSERT_TRUE(d.mirror().wait_idle(10s));
   EXPECT_EQ(d.mirror().stats().nodes, 3u);
   EXPECT_EQ(d.mirror().stats().ops_issued, before.ops_issued + 2);
@@ -292,10 +286,7 @@ TEST(Detector, TheScanSnapshotAgreesWithTheWholeMirrorAsNodesComeAndGo) {
   cfg.dry_run = true;
   Daemon d(cfg);
   auto settle = [&](std::size_t nodes) {
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (!(d.mirror().stats().nodes == nodes && d.mirror().idle()) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(10ms);
-    }
+    test::eventually([&] { return d.mirror().stats().nodes == nodes && d.mirror().idle(); }, 10s);
     ASSERT_EQ(d.mirror().stats().nodes, nodes);
   };
   auto expect_agreement = [&](std::size_t contended, std::size_t a_held) {
@@ -357,14 +348,7 @@ TEST(Detector, StandbyTakesOverAndADeposedLeaderCannotRevoke) {
   auto first = std::make_unique<Running>(cfg1);
   ASSERT_TRUE(first->daemon().election().wait_leader(10s));
   Running second(cfg2);
-  ASSERT_TRUE(second.daemon().election().candidate_node().has_value() ||
-              [&] {
-                const auto deadline = std::chrono::steady_clock::now() + 5s;
-                while (!second.daemon().election().candidate_node() && std::chrono::steady_clock::now() < deadline) {
-                  std::this_thread::sleep_for(10ms);
-                }
-                return second.daemon().election().candidate_node().has_value();
-              }());
+  ASSERT_TRUE(test::eventually([&] { return second.daemon().election().candidate_node().has_value(); }, 5s));
   EXPECT_FALSE(second.daemon().is_leader());
   const auto old_leader_node = *first->daemon().election().leader_node();
 
