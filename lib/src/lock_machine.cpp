@@ -1,0 +1,621 @@
+// The recipe: create → list → (ordered) → granted | watch the nearest blocker
+// → hand-off → granted; then release. Each step is one event handler below;
+// docs/design.md explains why each is sound, comments say which invariant a
+// step relies on.
+#include "lock_machine.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "model/queue_order.hpp"
+#include "zklock/revocation.hpp"
+
+namespace zklock::detail {
+namespace {
+
+using Kind = MachineEvent::Kind;
+using Cmd = MachineCommand::Kind;
+
+MachineCommand request(Cmd kind, std::uint64_t tag, std::string name = {}) {
+  MachineCommand c{kind};
+  c.tag = tag;
+  c.name = std::move(name);
+  return c;
+}
+
+model::OrderKey key_of(const LockNodeName& n, std::int64_t czxid) { return {n.sequence, czxid, n.name}; }
+
+}  // namespace
+
+LockMachine::LockMachine(MachineConfig config) : cfg_(std::move(config)) {}
+
+bool LockMachine::finished() const {
+  const bool terminal = phase_ == Phase::failed || phase_ == Phase::released;
+  const bool no_node = node_ == NodeState::none || node_ == NodeState::gone;
+  return terminal && no_node && !sweep_pending_ && list_tag_ == 0 && extras_.empty();
+}
+
+LockMachine::Commands LockMachine::start() {
+  Commands out;
+  phase_ = Phase::acquiring;
+  send_create(out);
+  return out;
+}
+
+// The create and the listing go out back to back: the listing runs after the
+// create in session order, so it already holds our node (found by GUID) and
+// every node created before it. An uncontended acquire is one round trip.
+void LockMachine::send_create(Commands& out) {
+  node_ = NodeState::creating;
+  create_tag_ = next_tag();
+  out.push_back(request(Cmd::create, create_tag_));
+  relist(out);
+}
+
+void LockMachine::relist(Commands& out) {
+  stats_tag_ = blocker_tag_ = marker_tag_ = 0;  // answers to the old round are stale
+  list_tag_ = next_tag();
+  out.push_back(request(Cmd::list, list_tag_));
+}
+
+// A step's outcome is unknown (connection loss): list again, now if the
+// connection is up, else when the same session is back.
+void LockMachine::transient(Commands& out) {
+  list_tag_ = stats_tag_ = blocker_tag_ = marker_tag_ = 0;
+  if (connected_) {
+    relist(out);
+  } else {
+    resync_pending_ = true;
+  }
+}
+
+LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
+  Commands out;
+  const auto is = [&](std::uint64_t& tag) {  // the answer we wait for; consumed
+    if (ev.tag == 0 || ev.tag != tag) return false;
+    tag = 0;
+    return true;
+  };
+  // Any answer saying the session is over ends it, like the session event.
+  if (ev.rc == Rc::session_expired && ev.kind < Kind::disconnected) {
+    MachineEvent over{Kind::expired};
+    over.epoch = cfg_.epoch;
+    on_session(over, out);
+    return out;
+  }
+  switch (ev.kind) {
+    case Kind::created:
+      if (is(create_tag_)) on_created(ev, out);
+      break;
+    case Kind::parents_made:
+      if (!is(parents_tag_) || !acquiring()) break;
+      if (ev.rc == Rc::error) {
+        fail(ev.errc, "creating lock path " + cfg_.lock_path + ": " + ev.detail, out);
+      } else if (ev.rc == Rc::connection_loss) {
+        node_ = NodeState::none;
+        transient(out);  // the listing will not find us: create again
+      } else {
+        send_create(out);
+      }
+      break;
+    case Kind::listed:
+      if (is(list_tag_)) on_listed(ev, out);
+      break;
+    case Kind::stats_read:
+      if (!is(stats_tag_) || !acquiring()) break;
+      if (stats_for_ == StatsFor::order) on_order_stats(ev, out);
+      else on_candidates(ev, out);
+      break;
+    case Kind::blocker_checked:
+      if (ev.tag != blocker_tag_ || !acquiring()) break;
+      if (ev.rc == Rc::ok) break;  // watch set; wait
+      blocker_tag_ = 0;
+      if (ev.rc == Rc::no_node) on_blocker_gone(out);
+      else if (ev.rc == Rc::connection_loss) transient(out);
+      else fail(ev.errc, "watching a node of " + cfg_.lock_path + ": " + ev.detail, out);
+      break;
+    case Kind::blocker_deleted:
+      if (is(blocker_tag_) && acquiring()) on_blocker_gone(out);
+      break;
+    case Kind::marker_read:
+      if (is(marker_tag_) && acquiring()) on_marker(ev, out);
+      break;
+    case Kind::own_checked:
+      if (ev.tag != own_tag_) break;
+      if (ev.rc == Rc::no_node) on_own_gone(out);
+      else if (ev.rc == Rc::connection_loss) own_watch_pending_ = true;  // re-armed on reconnect
+      break;
+    case Kind::own_deleted:
+      if (is(own_tag_)) on_own_gone(out);
+      break;
+    case Kind::record_read:
+      if (is(record_tag_)) on_record(ev, out);
+      break;
+    case Kind::removed:
+      on_removed(ev, out);
+      break;
+    case Kind::disconnected:
+    case Kind::reconnected:
+    case Kind::expired:
+    case Kind::validity_expired:
+      on_session(ev, out);
+      break;
+    case Kind::cancel:
+      if (acquiring()) fail(ev.errc, ev.detail, out);
+      break;
+    case Kind::release:
+      if (phase_ != Phase::held) break;
+      phase_ = Phase::releasing;
+      if (ever_uncertain_) sweep(out);  // a lost create may have left a second node of ours
+      // Invariant (3): the marker only for a granted node we still own.
+      remove_own(!revoked_, out);
+      break;
+  }
+  return out;
+}
+
+void LockMachine::on_created(const MachineEvent& ev, Commands& out) {
+  switch (ev.rc) {
+    case Rc::ok:
+      node_ = NodeState::exists;
+      name_ = ev.name;
+      czxid_ = ev.czxid;
+      if (phase_ == Phase::failed) {  // abandoned while the create was in flight
+        remove_own(false, out);
+        return;
+      }
+      watch_own(out);
+      return;  // the listing behind the create evaluates
+    case Rc::no_node:  // the lock path is missing (or an emptied container was reaped)
+      node_ = NodeState::none;
+      if (!acquiring()) return;
+      list_tag_ = 0;  // the listing behind this create is void
+      if (++parent_attempts_ > 20) {
+        fail(Errc::no_node, "cannot create lock path " + cfg_.lock_path + " (it keeps disappearing)", out);
+        return;
+      }
+      parents_tag_ = next_tag();
+      out.push_back(request(Cmd::make_parents, parents_tag_));
+      return;
+    case Rc::connection_loss:
+      // The create may have run. A listing finds it by GUID.
+      node_ = NodeState::unknown;
+      ever_uncertain_ = true;
+      if (acquiring()) transient(out);
+      else sweep(out);
+      return;
+    default:
+      node_ = NodeState::none;
+      if (acquiring()) fail(ev.errc, "creating a lock node under " + cfg_.lock_path + ": " + ev.detail, out);
+      return;
+  }
+}
+
+void LockMachine::on_listed(const MachineEvent& ev, Commands& out) {
+  if (!acquiring()) {
+    on_sweep(ev, out);
+    return;
+  }
+  if (ev.rc == Rc::connection_loss) {
+    transient(out);
+    return;
+  }
+  if (ev.rc == Rc::error) {
+    fail(ev.errc, "listing " + cfg_.lock_path + ": " + ev.detail, out);
+    return;
+  }
+  // Parse; keep czxids already known (they never change).
+  std::vector<Entry> queue;
+  if (ev.rc == Rc::ok) {
+    for (const auto& child : ev.children) {
+      auto parsed = parse_lock_node_name(child);
+      if (!parsed) continue;  // foreign child: not part of the queue (docs/protocol.md)
+      Entry e{std::move(*parsed), 0};
+      if (e.node.name == name_) e.czxid = czxid_;
+      for (const auto& old : queue_) {
+        if (old.node.name == e.node.name) e.czxid = old.czxid;
+      }
+      queue.push_back(std::move(e));
+    }
+  }
+  queue_ = std::move(queue);
+  const bool listed_mine =
+      std::any_of(queue_.begin(), queue_.end(), [&](const Entry& e) { return e.node.guid == cfg_.guid; });
+  if (!listed_mine) {
+    // This listing ran after our create (and after every earlier attempt of it).
+    if (node_ == NodeState::exists) {
+      on_own_gone(out);  // deleted by someone: expired or revoked
+    } else if (node_ == NodeState::creating) {
+      // The create failed; its answer (before this one) already said how.
+    } else {
+      send_create(out);  // the lost create never ran: create again
+    }
+    return;
+  }
+  // Ordering needs the czxid of every node whose suffix is ambiguous (and
+  // of ours, when adopted from a listing: it is the token).
+  auto key = [](const Entry& e) { return key_of(e.node, e.czxid); };
+  std::vector<std::string> needed;
+  for (auto i : model::czxids_needed(queue_, key)) needed.push_back(queue_[i].node.name);
+  for (const auto& e : queue_) {
+    if (e.node.guid == cfg_.guid && e.czxid == 0 &&
+        std::find(needed.begin(), needed.end(), e.node.name) == needed.end()) {
+      needed.push_back(e.node.name);
+    }
+  }
+  if (needed.empty()) {
+    evaluate(out);
+    return;
+  }
+  stats_for_ = StatsFor::order;
+  stats_names_ = std::move(needed);
+  stats_tag_ = next_tag();
+  MachineCommand c = request(Cmd::read_stats, stats_tag_);
+  c.names = stats_names_;
+  out.push_back(std::move(c));
+}
+
+// Only ZNONODE means gone. Any other failure resyncs or fails, never grants.
+void LockMachine::on_order_stats(const MachineEvent& ev, Commands& out) {
+  for (std::size_t i = 0; i < stats_names_.size() && i < ev.stats.size(); ++i) {
+    const auto& st = ev.stats[i];
+    auto it = std::find_if(queue_.begin(), queue_.end(),
+                           [&](const Entry& e) { return e.node.name == stats_names_[i]; });
+    if (it == queue_.end()) continue;
+    switch (st.rc) {
+      case Rc::ok: it->czxid = st.czxid; break;
+      case Rc::no_node: queue_.erase(it); break;
+      case Rc::connection_loss: transient(out); return;
+      case Rc::session_expired: {
+        MachineEvent over{Kind::expired};
+        over.epoch = cfg_.epoch;
+        on_session(over, out);
+        return;
+      }
+      default: fail(Errc::system_error, "reading the order of " + cfg_.lock_path, out); return;
+    }
+  }
+  if (ev.stats.size() < stats_names_.size()) {
+    transient(out);
+    return;
+  }
+  evaluate(out);
+}
+
+// REQUIRES: queue_ holds a listing issued after our create, with every czxid
+// its order needs. Invariant (4).
+void LockMachine::evaluate(Commands& out) {
+  auto key = [](const Entry& e) { return key_of(e.node, e.czxid); };
+  model::sort_by_creation(queue_, key);
+  // Our earliest node is the one that queues; later ones (a lost create
+  // that ran after all) are deleted.
+  std::optional<std::size_t> mine;
+  for (std::size_t i = 0; i < queue_.size();) {
+    if (queue_[i].node.guid != cfg_.guid) {
+      ++i;
+      continue;
+    }
+    if (!mine) {
+      mine = i++;
+      continue;
+    }
+    remove_extra(queue_[i].node.name, out);
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  if (!mine) {  // every node of ours vanished between listing and stats
+    if (node_ == NodeState::exists) on_own_gone(out);
+    else send_create(out);
+    return;
+  }
+  self_ = *mine;
+  const auto& me = queue_[self_];
+  if (me.node.name != name_) {  // adopt it (a create whose answer was lost, or an earlier duplicate)
+    if (node_ == NodeState::exists && !name_.empty()) remove_extra(name_, out);
+    name_ = me.node.name;
+    czxid_ = me.czxid;
+    node_ = NodeState::exists;
+    watch_own(out);
+  }
+  const auto mode = [](const Entry& e) { return e.node.mode; };
+  const auto blocker = model::nearest_blocker(queue_, self_, mode);
+  if (!blocker) {
+    grant(out);
+    return;
+  }
+  blocker_ = *blocker;
+  blocker_tag_ = next_tag();
+  out.push_back(request(Cmd::watch_blocker, blocker_tag_, queue_[blocker_].node.name));
+}
+
+// The hand-off. The nodes ahead of us only ever shrink: our listing ran
+// after our create, so it held every node created before ours, and nodes
+// created later order after ours. If the blocker was the only node of that
+// listing that could block us, its deletion leaves nothing ahead that blocks
+// — released, abandoned or revoked alike — and no read is needed.
+void LockMachine::on_blocker_gone(Commands& out) {
+  const auto waiter = queue_[self_].node.mode;
+  bool only = true;
+  for (std::size_t j = 0; j < self_ && only; ++j) {
+    only = j == blocker_ || !model::blocks(waiter, queue_[j].node.mode);
+  }
+  if (only) {
+    grant(out);
+    return;
+  }
+  marker_tag_ = next_tag();
+  out.push_back(request(Cmd::read_marker, marker_tag_));
+}
+
+// A marker naming the blocker proves it was granted (invariant 3): when it
+// was, nothing that blocks an exclusive node was ahead of it, and nothing can
+// be created ahead of us later. A shared blocker proves nothing about other
+// readers ahead, so those are checked. Any other marker: list again.
+void LockMachine::on_marker(const MachineEvent& ev, Commands& out) {
+  if (ev.rc == Rc::connection_loss) {
+    transient(out);
+    return;
+  }
+  const auto& blocker = queue_[blocker_].node;
+  if (ev.rc != Rc::ok || ev.data != blocker.name) {
+    relist(out);
+    return;
+  }
+  if (blocker.mode == Mode::exclusive) {
+    grant(out);
+    return;
+  }
+  std::vector<std::string> names;
+  for (std::size_t j = 0; j < self_; ++j) {
+    if (j != blocker_ && model::blocks(queue_[self_].node.mode, queue_[j].node.mode)) {
+      names.push_back(queue_[j].node.name);
+    }
+  }
+  if (names.empty()) {
+    grant(out);
+    return;
+  }
+  stats_for_ = StatsFor::candidates;
+  stats_names_ = names;
+  stats_tag_ = next_tag();
+  MachineCommand c = request(Cmd::read_stats, stats_tag_);
+  c.names = std::move(names);
+  out.push_back(std::move(c));
+}
+
+// The nearest earlier node that still exists and blocks us is watched next.
+void LockMachine::on_candidates(const MachineEvent& ev, Commands& out) {
+  if (ev.stats.size() < stats_names_.size()) {
+    transient(out);
+    return;
+  }
+  std::optional<std::size_t> nearest;
+  for (std::size_t i = 0; i < stats_names_.size(); ++i) {
+    const auto rc = ev.stats[i].rc;
+    if (rc == Rc::connection_loss) {
+      transient(out);
+      return;
+    }
+    if (rc == Rc::no_node) continue;
+    for (std::size_t j = 0; j < self_; ++j) {
+      if (queue_[j].node.name == stats_names_[i] && (!nearest || j > *nearest)) nearest = j;
+    }
+  }
+  if (!nearest) {
+    grant(out);
+    return;
+  }
+  blocker_ = *nearest;
+  blocker_tag_ = next_tag();
+  out.push_back(request(Cmd::watch_blocker, blocker_tag_, queue_[blocker_].node.name));
+}
+
+void LockMachine::watch_own(Commands& out) {
+  own_watch_pending_ = false;
+  own_tag_ = next_tag();
+  out.push_back(request(Cmd::watch_own, own_tag_, name_));
+}
+
+// Our node was deleted and we did not delete it: a revocation (its record was
+// written in the same transaction) or the session's end.
+void LockMachine::on_own_gone(Commands& out) {
+  if (node_ != NodeState::exists) return;
+  node_ = NodeState::gone;
+  revoked_ = true;
+  own_tag_ = 0;
+  if (phase_ != Phase::acquiring && phase_ != Phase::held) return;
+  list_tag_ = stats_tag_ = blocker_tag_ = marker_tag_ = 0;
+  resync_pending_ = false;
+  record_tag_ = next_tag();
+  out.push_back(request(Cmd::read_record, record_tag_, name_));
+}
+
+void LockMachine::on_record(const MachineEvent& ev, Commands& out) {
+  if (ev.rc == Rc::connection_loss) {
+    // Typically the server expired the session: the session event decides,
+    // or the record is read again once the same session is back.
+    record_pending_ = true;
+    return;
+  }
+  std::string detail = "node deleted by another client (no revocation record)";
+  if (ev.rc == Rc::ok) {
+    auto rec = decode_revocation_record(ev.data);
+    detail = rec ? revocation_message(*rec) : "revoked (unreadable record: " + ev.data.substr(0, 200) + ")";
+  } else if (ev.rc == Rc::error) {
+    detail = "node deleted by another client (revocation record unreadable: " + ev.detail + ")";
+  }
+  if (phase_ == Phase::held) {
+    lose(LossReason::revoked, detail, out);
+  } else if (acquiring()) {
+    fail(Errc::deadlock_victim, "deadlock victim: our wait for " + cfg_.lock_path + " was revoked; " + detail, out);
+  }
+}
+
+void LockMachine::on_session(const MachineEvent& ev, Commands& out) {
+  if (ev.epoch != cfg_.epoch) return;
+  switch (ev.kind) {
+    case Kind::disconnected:
+      connected_ = false;
+      suspended_ = true;
+      if (phase_ == Phase::held && cfg_.policy == LossPolicy::strict) {
+        lose(LossReason::disconnected, "disconnected from ZooKeeper (strict policy)", out);
+      }
+      break;
+    case Kind::validity_expired:
+      if (phase_ == Phase::held) {
+        lose(LossReason::validity_expired, "disconnected past the validity bound; the session may have expired",
+             out);
+      }
+      break;
+    case Kind::reconnected:
+      connected_ = true;
+      suspended_ = false;
+      if (own_watch_pending_ && node_ == NodeState::exists) watch_own(out);
+      if (record_pending_) {
+        record_pending_ = false;
+        record_tag_ = next_tag();
+        out.push_back(request(Cmd::read_record, record_tag_, name_));
+      }
+      if (phase_ == Phase::held && loss_ && node_ == NodeState::exists) {
+        remove_own(true, out);  // a lease we cannot prove any more: give the lock up (granted: marker)
+      } else if (remove_pending_) {
+        remove_own(pending_marker_, out);
+      }
+      for (const auto& name : extras_) resend_extra(name, out);
+      if (sweep_pending_) sweep(out);
+      if (acquiring() && resync_pending_) {
+        resync_pending_ = false;
+        relist(out);
+      }
+      break;
+    case Kind::expired: {
+      connected_ = false;
+      // Ephemeral: every node of ours went with the session.
+      node_ = NodeState::gone;
+      remove_pending_ = sweep_pending_ = record_pending_ = false;
+      extras_.clear();
+      list_tag_ = remove_tag_ = 0;
+      if (phase_ == Phase::held) {
+        lose(LossReason::session_expired, "the ZooKeeper session expired", out);
+      } else if (acquiring()) {
+        fail(Errc::session_expired, "the ZooKeeper session expired while waiting for " + cfg_.lock_path, out);
+      } else if (phase_ == Phase::releasing) {
+        phase_ = Phase::released;
+        out.push_back(MachineCommand{Cmd::released});
+      }
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void LockMachine::grant(Commands& out) {
+  phase_ = Phase::held;
+  MachineCommand c{Cmd::granted};
+  c.czxid = czxid_;
+  out.push_back(std::move(c));
+}
+
+void LockMachine::fail(Errc errc, std::string message, Commands& out) {
+  if (!acquiring()) return;
+  phase_ = Phase::failed;
+  list_tag_ = stats_tag_ = blocker_tag_ = marker_tag_ = parents_tag_ = 0;
+  resync_pending_ = false;
+  MachineCommand c{Cmd::failed};
+  c.errc = errc;
+  c.message = std::move(message);
+  out.push_back(std::move(c));
+  // Clean up: our node (no marker: it was never granted), or a create whose
+  // outcome is unknown; a create still in flight is deleted when answered.
+  if (node_ == NodeState::exists) remove_own(false, out);
+  if (node_ == NodeState::unknown || ever_uncertain_) sweep(out);
+}
+
+void LockMachine::lose(LossReason reason, std::string message, Commands& out) {
+  if (loss_ || phase_ != Phase::held) return;  // invariant (2)
+  loss_ = reason;
+  MachineCommand c{Cmd::lost};
+  c.reason = reason;
+  c.message = std::move(message);
+  out.push_back(std::move(c));
+}
+
+void LockMachine::remove_own(bool with_marker, Commands& out) {
+  remove_pending_ = false;
+  if (node_ != NodeState::exists) {
+    if (phase_ == Phase::releasing && node_ != NodeState::deleting) {
+      phase_ = Phase::released;
+      out.push_back(MachineCommand{Cmd::released});
+    }
+    return;
+  }
+  node_ = NodeState::deleting;
+  pending_marker_ = with_marker;
+  remove_tag_ = next_tag();
+  MachineCommand c = request(Cmd::remove, remove_tag_, name_);
+  c.with_marker = with_marker;
+  out.push_back(std::move(c));
+}
+
+void LockMachine::on_removed(const MachineEvent& ev, Commands& out) {
+  if (auto it = extra_tags_.find(ev.tag); it != extra_tags_.end()) {
+    const auto name = it->second;
+    extra_tags_.erase(it);
+    if (ev.rc == Rc::connection_loss) return;  // stays in extras_: resent on reconnect
+    std::erase(extras_, name);
+    return;
+  }
+  if (ev.tag == 0 || ev.tag != remove_tag_) return;
+  remove_tag_ = 0;
+  if (ev.rc == Rc::connection_loss) {
+    node_ = NodeState::exists;  // maybe; resent once the same session is back
+    if (connected_) remove_own(pending_marker_, out);
+    else remove_pending_ = true;
+    return;
+  }
+  if (ev.rc == Rc::error && pending_marker_) {
+    node_ = NodeState::exists;
+    remove_own(false, out);  // the marker's half failed (say, no access): delete alone
+    return;
+  }
+  node_ = NodeState::gone;  // ok, no_node; or an error we cannot act on
+  if (phase_ == Phase::releasing) {
+    phase_ = Phase::released;
+    out.push_back(MachineCommand{Cmd::released});
+  }
+}
+
+void LockMachine::remove_extra(const std::string& name, Commands& out) {
+  if (std::find(extras_.begin(), extras_.end(), name) == extras_.end()) extras_.push_back(name);
+  resend_extra(name, out);
+}
+
+void LockMachine::resend_extra(const std::string& name, Commands& out) {
+  const auto tag = next_tag();
+  extra_tags_[tag] = name;
+  out.push_back(request(Cmd::remove_extra, tag, name));
+}
+
+// After an attempt ends with a create whose answer was lost: list, and delete
+// every node carrying our GUID that we do not already delete.
+void LockMachine::sweep(Commands& out) {
+  sweep_pending_ = true;
+  if (!connected_ || list_tag_ != 0) return;
+  list_tag_ = next_tag();
+  out.push_back(request(Cmd::list, list_tag_));
+}
+
+void LockMachine::on_sweep(const MachineEvent& ev, Commands& out) {
+  if (ev.rc == Rc::connection_loss) return;  // sweep_pending_ stays: again on reconnect
+  sweep_pending_ = false;
+  if (node_ == NodeState::unknown) node_ = NodeState::none;  // found below, or it never ran
+  if (ev.rc != Rc::ok) return;                                 // no_node: the lock path is gone, so is ours
+  for (const auto& child : ev.children) {
+    auto parsed = parse_lock_node_name(child);
+    if (!parsed || parsed->guid != cfg_.guid) continue;
+    if (child == name_ && (node_ == NodeState::exists || node_ == NodeState::deleting)) continue;
+    remove_extra(child, out);
+  }
+}
+
+}  // namespace zklock::detail

@@ -1,0 +1,222 @@
+// Internal: the lock recipe as a pure state machine — one acquisition of one
+// lock node, from create to release. Events in (answers to the commands it
+// issued, watch notifications, session changes, the user's cancel and
+// release), commands out (requests to send, and outcomes to report). No
+// threads, no clocks, no ZooKeeper calls: lock_attempt.cpp is the shell that
+// executes commands with the C client, and tests/sim drives thousands of
+// machines against a model of ZooKeeper. docs/design.md gives the argument.
+//
+// Contract with the driver:
+//  - Every request command carries a fresh `tag`; its answer comes back as
+//    exactly one event with that tag. A watch notification carries the tag of
+//    the request that set the watch. The machine drops answers it no longer
+//    waits for (their tag is stale).
+//  - Requests are sent in the order the commands are returned, on the
+//    session the machine was started on (`epoch`); answers of one session
+//    arrive in request order. A request the driver cannot send on that
+//    session is answered with Rc::session_expired.
+//  - Session events carry the session's epoch; the machine ignores other
+//    sessions' events.
+//
+// Invariants (checked by tests/sim after every step):
+//  (1) At most one outcome: `granted` or `failed`, once.
+//  (2) `lost` is reported at most once, and only after `granted`.
+//  (3) The hand-off marker is written only by the release of a node that was
+//      granted, in the same multi that deletes it (remove.with_marker).
+//  (4) A node is granted only when a listing issued after our create, ordered
+//      exactly (model/queue_order.hpp), shows nothing ahead of it that blocks
+//      it, or when the one blocker that listing showed is proven gone.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "zklock/error.hpp"
+#include "zklock/lease.hpp"
+#include "zklock/node_name.hpp"
+
+namespace zklock::detail {
+
+// The outcome of one request, as the recipe needs to tell them apart.
+enum class Rc {
+  ok,
+  no_node,          // ZNONODE: the only answer that means "gone"
+  node_exists,
+  connection_loss,  // ZCONNECTIONLOSS / ZOPERATIONTIMEOUT: the outcome is unknown
+  session_expired,  // the session is over (or the request could not be sent on it)
+  error,            // anything else; `detail` says what
+};
+
+struct NodeStat {
+  Rc rc = Rc::ok;
+  std::int64_t czxid = 0;
+};
+
+struct MachineEvent {
+  enum class Kind {
+    // answers
+    created,          // create: rc; name (child name) and czxid when ok
+    parents_made,     // make_parents: rc (node_exists counts as ok)
+    listed,           // list: rc; children
+    stats_read,       // read_stats: stats, one per name, in order
+    blocker_checked,  // watch_blocker: rc (ok: exists, watch set; no_node: gone)
+    marker_read,      // read_marker: rc; data
+    own_checked,      // watch_own: rc
+    record_read,      // read_record: rc; data
+    removed,          // remove / remove_extra: rc
+    // watch notifications (tag of the request that set the watch)
+    blocker_deleted,
+    own_deleted,
+    // session (epoch)
+    disconnected,
+    reconnected,       // the same session is back
+    expired,           // the session is over; its ephemeral nodes are gone
+    validity_expired,  // disconnected past the client's validity bound
+    // the user
+    cancel,   // errc (timeout / cancelled), detail
+    release,  // the lease's release
+  };
+  Kind kind;
+  std::uint64_t tag = 0;
+  std::uint64_t epoch = 0;
+  Rc rc = Rc::ok;
+  std::string detail;                  // rc == error: what failed; cancel: message
+  std::string name;                    // created
+  std::int64_t czxid = 0;              // created
+  std::vector<std::string> children;   // listed
+  std::vector<NodeStat> stats;         // stats_read
+  std::string data;                    // marker_read, record_read
+  Errc errc = Errc::cancelled;         // cancel; rc == error: the ZooKeeper code
+};
+
+struct MachineCommand {
+  enum class Kind {
+    // requests (answered by the event of the same name)
+    create,        // create EPHEMERAL_SEQUENTIAL <lock>/<prefix> with the node data
+    make_parents,  // create the lock path and its ancestors as containers
+    list,          // getChildren(<lock>), no watch
+    read_stats,    // exists(<lock>/<name>) for each of `names`, no watch, pipelined
+    watch_blocker, // exists(<lock>/<name>) with a watch
+    read_marker,   // getData(<lock>): the hand-off marker
+    watch_own,     // exists(<lock>/<name>) with a watch: our own node
+    read_record,   // getData(/zklock/revocations/<name>)
+    remove,        // delete <lock>/<name>; with_marker: in one multi with setData(<lock>, name)
+    remove_extra,  // delete <lock>/<name>: a duplicate of ours (same GUID)
+    // outcomes
+    granted,   // czxid: the token
+    failed,    // errc, message
+    lost,      // reason, message
+    released,  // the release finished: the node is gone
+  };
+  Kind kind;
+  std::uint64_t tag = 0;
+  std::string name;
+  std::vector<std::string> names;
+  bool with_marker = false;
+  std::int64_t czxid = 0;
+  Errc errc = Errc::system_error;
+  LossReason reason = LossReason::revoked;
+  std::string message;
+};
+
+struct MachineConfig {
+  Mode mode = Mode::exclusive;
+  std::string guid;             // 32 hex digits, in our node's name
+  LossPolicy policy = LossPolicy::tolerant;
+  std::uint64_t epoch = 0;      // the session the attempt runs on
+  std::string lock_path;        // for messages only
+};
+
+class LockMachine {
+ public:
+  using Commands = std::vector<MachineCommand>;
+  enum class Phase { idle, acquiring, held, releasing, failed, released };
+
+  explicit LockMachine(MachineConfig config);
+
+  // Sends the create (and the listing right behind it).
+  Commands start();
+  Commands step(const MachineEvent& ev);
+
+  Phase phase() const { return phase_; }
+  // Granted, not lost, not released, and our node is not known to be gone.
+  bool holding() const { return phase_ == Phase::held && !loss_ && node_ == NodeState::exists; }
+  bool suspended() const { return suspended_; }
+  std::optional<LossReason> loss() const { return loss_; }
+  const std::string& node_name() const { return name_; }
+  std::int64_t czxid() const { return czxid_; }
+  const MachineConfig& config() const { return cfg_; }
+  // Nothing left to do: an outcome was reported and no node of ours can
+  // remain (deleted, gone with the session, or never created).
+  bool finished() const;
+
+ private:
+  enum class NodeState { none, creating, unknown, exists, deleting, gone };
+  struct Entry {
+    LockNodeName node;
+    std::int64_t czxid = 0;
+  };
+  enum class StatsFor { order, candidates };
+
+  void send_create(Commands& out);
+  void relist(Commands& out);     // a fresh listing; older answers become stale
+  void transient(Commands& out);  // a step's outcome is unknown: list again (now, or on reconnect)
+  void on_created(const MachineEvent& ev, Commands& out);
+  void on_listed(const MachineEvent& ev, Commands& out);
+  void on_order_stats(const MachineEvent& ev, Commands& out);
+  void evaluate(Commands& out);
+  void on_blocker_gone(Commands& out);
+  void on_marker(const MachineEvent& ev, Commands& out);
+  void on_candidates(const MachineEvent& ev, Commands& out);
+  void watch_own(Commands& out);
+  void on_own_gone(Commands& out);
+  void on_record(const MachineEvent& ev, Commands& out);
+  void on_session(const MachineEvent& ev, Commands& out);
+  void on_removed(const MachineEvent& ev, Commands& out);
+  void grant(Commands& out);
+  void fail(Errc errc, std::string message, Commands& out);
+  void lose(LossReason reason, std::string message, Commands& out);
+  void remove_own(bool with_marker, Commands& out);
+  void remove_extra(const std::string& name, Commands& out);
+  void resend_extra(const std::string& name, Commands& out);
+  void sweep(Commands& out);  // list, and delete every other node with our GUID
+  void on_sweep(const MachineEvent& ev, Commands& out);
+  bool acquiring() const { return phase_ == Phase::acquiring; }
+  std::uint64_t next_tag() { return ++tag_; }
+
+  MachineConfig cfg_;
+  Phase phase_ = Phase::idle;
+  NodeState node_ = NodeState::none;
+  bool connected_ = true;
+  bool suspended_ = false;
+  bool resync_pending_ = false;   // a step's outcome was lost: list again once connected
+  bool revoked_ = false;          // our node was deleted by someone else
+  bool own_watch_pending_ = false;  // the watch on our node could not be set: again on reconnect
+  bool remove_pending_ = false;   // a remove lost to a disconnect: resent on reconnect
+  bool pending_marker_ = false;   //   ... with the marker?
+  bool record_pending_ = false;   // the revocation record must be (re)read
+  bool sweep_pending_ = false;    // a create of unknown outcome must be found and deleted
+  bool ever_uncertain_ = false;   // a create answer was lost in this attempt
+  int parent_attempts_ = 0;
+  std::optional<LossReason> loss_;
+  std::string name_;
+  std::int64_t czxid_ = 0;
+
+  std::uint64_t tag_ = 0;
+  std::uint64_t create_tag_ = 0, list_tag_ = 0, stats_tag_ = 0, blocker_tag_ = 0, marker_tag_ = 0;
+  std::uint64_t own_tag_ = 0, record_tag_ = 0, remove_tag_ = 0, parents_tag_ = 0;
+  StatsFor stats_for_ = StatsFor::order;
+  std::vector<std::string> stats_names_;
+  std::vector<std::string> extras_;                  // duplicates of ours still to delete
+  std::map<std::uint64_t, std::string> extra_tags_;  // their removes in flight
+
+  // The last listing, in creation order once ordered; our index in it.
+  std::vector<Entry> queue_;
+  std::size_t self_ = 0;
+  std::size_t blocker_ = 0;  // index into queue_ of the watched node (or the one just gone)
+};
+
+}  // namespace zklock::detail
