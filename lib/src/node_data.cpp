@@ -1,4 +1,4 @@
-#include "zklock/node_data.hpp"
+#include "zklock/protocol/node_data.hpp"
 
 #include <cstdint>
 

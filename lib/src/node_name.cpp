@@ -1,10 +1,11 @@
-#include "zklock/node_name.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 #include <charconv>
 #include <cstdio>
 #include <random>
 
 #include "zklock/error.hpp"
+#include "zklock/protocol/paths.hpp"
 
 namespace zklock {
 namespace {
@@ -133,7 +134,7 @@ void validate_lock_path(std::string_view path) {
   };
   if (path == "/") fail("the root cannot be a lock");
   if (path == "/zookeeper" || path.starts_with("/zookeeper/")) fail("/zookeeper is reserved");
-  if (path == "/zklock" || path.starts_with("/zklock/")) fail("/zklock holds zklock's metadata");
+  if (protocol::is_metadata_path(path)) fail("/zklock holds zklock's metadata");
 }
 
 }  // namespace zklock

@@ -11,7 +11,7 @@
 
 #include "json_int.hpp"
 #include "zklock/error.hpp"
-#include "zklock/node_name.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 namespace zklock {
 namespace {
@@ -228,7 +228,7 @@ struct RevokeCall : std::enable_shared_from_this<RevokeCall> {
                                 result.detail.starts_with("create of record");
     if (parent_missing && !retried) {
       retried = true;
-      create_parent("/zklock", [self = shared_from_this()] {
+      create_parent(std::string(protocol::kMetadataRoot), [self = shared_from_this()] {
         self->create_parent(std::string(kRevocationsPath), [self] { self->run_multi(); });
       });
       return;

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "zklock/node_name.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 namespace zklock {
 
