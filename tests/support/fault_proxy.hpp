@@ -17,6 +17,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -27,8 +28,13 @@ namespace zklock::test {
 
 // A loopback TCP proxy in front of one server, with fault switches: it can
 // swallow replies (the server still executes the requests), swallow
-// requests, refuse new connections, and cut every open connection. This is
-// how a connection is lost at an exact point of a request's life.
+// requests, refuse new connections, cut every open connection, and cut one
+// connection exactly when its client sends a request naming a given path.
+// This is how a connection is lost at an exact point of a request's life.
+//
+// Client-to-server bytes are forwarded whole ZooKeeper frames at a time (a
+// 4-byte big-endian length, then that many bytes); a frame split across
+// reads waits for its rest. Server-to-client bytes pass as they come.
 class FaultProxy {
  public:
   explicit FaultProxy(int target_port) : target_(target_port) {
@@ -69,6 +75,31 @@ class FaultProxy {
     std::lock_guard lk(mu_);
     return dropped_requests_;
   }
+  // Arms a one-shot fault: the first request sent after this call, on any
+  // connection, whose body opens with `path` (create, delete, exists,
+  // getData, setData, getChildren, ... — every request that names one node
+  // first; `opcode` >= 0 narrows it to that ZooKeeper opcode, e.g. 3 for
+  // exists) is swallowed and that connection is cut at once: the server
+  // never sees the request, the client gets ZCONNECTIONLOSS for it, and the
+  // requests it sent before it on that connection were forwarded. Later
+  // requests and connections pass. Re-arming replaces the rule.
+  void cut_on_request(std::string path, int opcode = -1) {
+    std::lock_guard lk(mu_);
+    cut_path_ = std::move(path);
+    cut_opcode_ = opcode;
+    cut_armed_ = true;
+  }
+  void disarm_cut_on_request() { set(cut_armed_, false); }
+  // How many connections cut_on_request() has cut, and the opcode of the
+  // last request that triggered it.
+  std::uint64_t request_cuts() const {
+    std::lock_guard lk(mu_);
+    return request_cuts_;
+  }
+  int last_cut_opcode() const {
+    std::lock_guard lk(mu_);
+    return last_cut_opcode_;
+  }
   // Closes every open connection; returns once they are closed.
   void cut() {
     std::unique_lock lk(mu_);
@@ -83,6 +114,9 @@ class FaultProxy {
  private:
   struct Pair {
     int client = -1, server = -1;
+    std::string pending;     // client bytes not forwarded yet: an incomplete frame
+    bool handshaken = false; // the first frame (ConnectRequest) was forwarded
+    bool in_sync = true;     // false once client bytes were dropped: frames unknown
   };
   void set(bool& flag, bool on) {
     std::lock_guard lk(mu_);
@@ -93,6 +127,70 @@ class FaultProxy {
     if (p.client >= 0) ::close(p.client);
     if (p.server >= 0) ::close(p.server);
     p.client = p.server = -1;
+    p.pending.clear();
+  }
+  static std::uint32_t be32(const char* b) {
+    std::uint32_t v;
+    std::memcpy(&v, b, 4);
+    return ntohl(v);
+  }
+  // Opcodes whose request body opens with the node path (ZooKeeper 3.8).
+  static bool path_first(int op) {
+    switch (op) {
+      case 1: case 2: case 3: case 4: case 5: case 6: case 7: case 8: case 9:  // create .. sync
+      case 12: case 13: case 15:                                                // getChildren2, check, create2
+      case 17: case 18: case 19: case 20: case 21:                              // checkWatches .. createTTL
+      case 103: case 104: case 106:                                             // getEphemerals, getAllChildrenNumber, addWatch
+        return true;
+      default:
+        return false;
+    }
+  }
+  // REQUIRES the proxy thread. True if the frame `f` (length prefix
+  // included) is the request the armed rule waits for; disarms it then.
+  bool matches_cut_rule(const std::string& f) {
+    if (f.size() < 16) return false;  // len, xid, type, path length
+    const int op = static_cast<std::int32_t>(be32(f.data() + 8));
+    if (!path_first(op)) return false;
+    const auto plen = static_cast<std::int32_t>(be32(f.data() + 12));
+    if (plen < 0 || f.size() < 16 + static_cast<std::size_t>(plen)) return false;
+    std::lock_guard lk(mu_);
+    if (!cut_armed_ || (cut_opcode_ >= 0 && cut_opcode_ != op)) return false;
+    if (f.compare(16, static_cast<std::size_t>(plen), cut_path_) != 0 || static_cast<std::size_t>(plen) != cut_path_.size())
+      return false;
+    cut_armed_ = false;
+    ++request_cuts_;
+    last_cut_opcode_ = op;
+    return true;
+  }
+  // REQUIRES the proxy thread. Forwards every complete frame of p.pending,
+  // unless one matches the armed cut rule: then the pair is closed there.
+  void forward_frames(Pair& p) {
+    std::size_t at = 0;
+    while (p.pending.size() - at >= 4) {
+      const std::size_t n = 4 + static_cast<std::size_t>(be32(p.pending.data() + at));
+      if (n > (std::size_t{64} << 20)) {  // not ZooKeeper framing (a four-letter word?): pass raw from here on
+        p.in_sync = false;
+        break;
+      }
+      if (p.pending.size() - at < n) break;
+      const std::string frame = p.pending.substr(at, n);
+      at += n;
+      if (p.handshaken && matches_cut_rule(frame)) {
+        close_pair(p);
+        return;
+      }
+      p.handshaken = true;
+      if (!write_all(p.server, frame.data(), static_cast<ssize_t>(frame.size()))) {
+        close_pair(p);
+        return;
+      }
+    }
+    p.pending.erase(0, at);
+    if (!p.in_sync && !p.pending.empty()) {
+      if (!write_all(p.server, p.pending.data(), static_cast<ssize_t>(p.pending.size()))) close_pair(p);
+      p.pending.clear();
+    }
   }
   static bool write_all(int fd, const char* buf, ssize_t n) {
     while (n > 0) {
@@ -155,8 +253,12 @@ class FaultProxy {
             break;
           }
           if (dir == 0 && drop_req) {
+            p.in_sync = false;
             std::lock_guard lk(mu_);
             dropped_requests_ += static_cast<std::size_t>(n);
+          } else if (dir == 0 && p.in_sync) {
+            p.pending.append(buf, static_cast<std::size_t>(n));
+            forward_frames(p);
           } else if (!(dir == 1 && drop_rep) && !write_all(to, buf, n)) {
             close_pair(p);
           }
@@ -185,6 +287,10 @@ class FaultProxy {
   bool cut_requested_ = false;                                                       // GUARDED_BY(mu_)
   std::uint64_t cuts_done_ = 0;                                                      // GUARDED_BY(mu_)
   std::size_t dropped_requests_ = 0;                                                 // GUARDED_BY(mu_)
+  std::string cut_path_;                                                             // GUARDED_BY(mu_)
+  int cut_opcode_ = -1, last_cut_opcode_ = 0;                                        // GUARDED_BY(mu_)
+  bool cut_armed_ = false;                                                           // GUARDED_BY(mu_)
+  std::uint64_t request_cuts_ = 0;                                                   // GUARDED_BY(mu_)
   std::thread thread_;
 };
 
