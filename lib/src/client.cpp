@@ -65,13 +65,10 @@ void validate_connect_string(std::string_view connect) {
   const auto slash = connect.find('/');
   const auto hosts = connect.substr(0, slash);
   if (slash != std::string_view::npos) {
-    const auto chroot = connect.substr(slash);
-    if (chroot != "/") {
-      try {
-        validate_lock_path(chroot);
-      } catch (const Error&) {
-        if (!(chroot.starts_with("/zklock") || chroot.starts_with("/zookeeper"))) fail("bad chroot path");
-      }
+    try {
+      validate_path_syntax(connect.substr(slash), "chroot");
+    } catch (const Error& e) {
+      fail(e.what());
     }
   }
   if (hosts.empty()) fail("no host");

@@ -83,7 +83,8 @@ TEST(Client, SyncConveniencesAndErrors) {
 
 TEST(Client, MalformedConnectStringIsRejectedUpFront) {
   for (const char* bad : {"", "localhost", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:12a", ",127.0.0.1:2181",
-                          "host name:2181", "127.0.0.1:2181/bad//chroot"}) {
+                          "host name:2181", "127.0.0.1:2181/bad//chroot", "127.0.0.1:2181/zklock/../x",
+                          "127.0.0.1:2181/zookeeper/./x", "127.0.0.1:2181/x/"}) {
     try {
       Client c({.connect = bad, .connect_timeout = 1s});
       ADD_FAILURE() << "accepted " << bad;
