@@ -130,6 +130,7 @@ struct Client::Impl {
   void remove(std::string path, int version, std::function<void(Status)> done);
   void multi(std::vector<Op> ops, std::function<void(Status, std::vector<OpResult>)> done);
   // Always answers from another thread, so `done` may take the caller's locks.
+  // Data that is not a UUID fail with Errc::protocol_error.
   void ensemble_id_async(std::function<void(Status, const std::string&)> done);
   // The id cached for the current session, or empty: lets a caller that holds
   // no locks skip ensemble_id_async's thread hop on the hot path.
@@ -157,6 +158,10 @@ struct Client::Impl {
   ObserverId next_observer_ = 1;
   std::string ensemble_id_;  // cached for ensemble_epoch_
   std::uint64_t ensemble_epoch_ = 0;
+  // One read of the ensemble id for session `ep`; on ZNONODE creates it and
+  // reads again, at most `attempts_left` more times (ensemble_id_async).
+  void read_ensemble_id(std::uint64_t ep, int attempts_left,
+                        std::shared_ptr<std::function<void(Status, const std::string&)>> done);
 
   std::atomic<std::uint64_t> epoch_{0};
   std::atomic<Clock::rep> valid_until_{Clock::time_point::min().time_since_epoch().count()};

@@ -404,41 +404,44 @@ void Client::Impl::ensemble_id_async(std::function<void(Status, const std::strin
       return;
     }
   }
-  auto shared_done = std::make_shared<std::function<void(Status, const std::string&)>>(std::move(done));
-  // read → (absent) create /zklock, create the id → read again. Race-safe:
-  // whoever creates the node first wins and everyone reads the winner's id.
-  auto read = std::make_shared<std::function<void(int)>>();
-  *read = [this, shared_done, read, ep](int attempts_left) {
-    get(kEnsembleIdPath, nullptr, [this, shared_done, read, ep, attempts_left](Status st, std::string data, const Stat&) {
-      if (st.ok()) {
-        if (!is_uuid(data)) {
-          (*shared_done)(Status{ZAPIERROR}, "");
-          log->error("{} holds '{}', not a UUID (see docs/protocol.md)", kEnsembleIdPath, data.substr(0, 64));
-          return;
-        }
-        {
-          std::lock_guard lk(mu_);
-          ensemble_id_ = data;
-          ensemble_epoch_ = ep;
-        }
-        (*shared_done)(st, data);
-        *read = nullptr;  // break the self-reference
+  read_ensemble_id(ep, 2, std::make_shared<std::function<void(Status, const std::string&)>>(std::move(done)));
+}
+
+// read → (absent) create /zklock, create the id → read again. Race-safe:
+// whoever creates the node first wins and everyone reads the winner's id.
+// Each step captures only what it needs, never itself: a callback that is
+// dropped instead of run leaves no reference cycle behind.
+void Client::Impl::read_ensemble_id(std::uint64_t ep, int attempts_left,
+                                    std::shared_ptr<std::function<void(Status, const std::string&)>> done) {
+  get(kEnsembleIdPath, nullptr, [this, done, ep, attempts_left](Status st, std::string data, const Stat&) {
+    if (st.ok()) {
+      if (!is_uuid(data)) {
+        const std::string shown = data.size() > 64 ? data.substr(0, 64) + "..." : data;
+        log->error("{} holds '{}', not a UUID (see docs/protocol.md)", kEnsembleIdPath, shown);
+        (*done)(Status::own_error(Errc::protocol_error, std::string(kEnsembleIdPath) + " holds '" + shown +
+                                                            "', not a UUID (see docs/protocol.md)"),
+                "");
         return;
       }
-      if (!st.is(Errc::no_node) || attempts_left == 0) {
-        (*shared_done)(st, "");
-        *read = nullptr;
-        return;
+      {
+        std::lock_guard lk(mu_);
+        ensemble_id_ = data;
+        ensemble_epoch_ = ep;
       }
-      create("/zklock", "", CreateMode::persistent, [this, read, attempts_left](Status, const std::string&, const Stat&) {
-        create(kEnsembleIdPath, new_uuid(), CreateMode::persistent,
-               [read, attempts_left](Status, const std::string&, const Stat&) {
-                 if (*read) (*read)(attempts_left - 1);
-               });
-      });
+      (*done)(st, data);
+      return;
+    }
+    if (!st.is(Errc::no_node) || attempts_left == 0) {
+      (*done)(st, "");
+      return;
+    }
+    auto read_again = [this, done, ep, attempts_left](Status, const std::string&, const Stat&) {
+      read_ensemble_id(ep, attempts_left - 1, done);
+    };
+    create("/zklock", "", CreateMode::persistent, [this, read_again](Status, const std::string&, const Stat&) {
+      create(kEnsembleIdPath, new_uuid(), CreateMode::persistent, read_again);
     });
-  };
-  (*read)(2);
+  });
 }
 
 }  // namespace zklock

@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -63,6 +65,38 @@ TEST(Client, ConnectsAndReportsSession) {
   EXPECT_TRUE(is_uuid(id)) << id;
   Client other({.connect = test::shared_server().connect_string()});
   EXPECT_EQ(other.ensemble_id(), id);  // read, not re-created
+}
+
+// Data at /zklock/ensemble-id that is not a UUID violate docs/protocol.md:
+// the error says so (protocol_error, naming the node and the value), and the
+// callback is released once it has run. A chroot gives the test its own /zklock.
+TEST(Client, EnsembleIdThatIsNotAUuidIsAProtocolError) {
+  const auto base = test::unique_path("bad-ensemble-id");
+  {
+    auto zk = test::ZkHandle::connect(test::shared_server().connect_string());
+    zk.ensure(base);
+    zk.ensure(base + "/zklock");
+    ASSERT_EQ(zk.create(base + "/zklock/ensemble-id", "not-a-uuid", 0), ZOK);
+  }
+  Client c({.connect = test::shared_server().connect_string() + base});
+  try {
+    c.ensemble_id();
+    FAIL() << "accepted a non-UUID ensemble id";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::protocol_error) << e.what();
+    EXPECT_NE(std::string(e.what()).find("/zklock/ensemble-id"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'not-a-uuid'"), std::string::npos) << e.what();
+  }
+  auto sentinel = std::make_shared<int>(0);
+  const std::weak_ptr<int> held = sentinel;
+  std::promise<Status> answered;
+  c.ensemble_id_async([sentinel = std::move(sentinel), &answered](Status st, const std::string&) {
+    answered.set_value(st);
+  });
+  auto f = answered.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(f.get().is(Errc::protocol_error));
+  EXPECT_TRUE(test::eventually([&] { return held.expired(); }, 5s)) << "the callback is never released";
 }
 
 TEST(Client, SyncConveniencesAndErrors) {

@@ -91,13 +91,25 @@ struct ClientOptions {
   std::string logger = "zklock";
 };
 
-// The result of one ZooKeeper operation: a ZooKeeper return code.
+// The result of one operation: a ZooKeeper return code, or one of zklock's
+// own failures with a message (own_error; e.g. protocol_error for data on
+// ZooKeeper that violates docs/protocol.md).
 struct Status {
-  int rc = 0;
+  Status() = default;
+  explicit Status(int zk_rc) noexcept : rc(zk_rc) {}
+  // A failure that is zklock's, not ZooKeeper's: rc is ZAPIERROR, code() is
+  // `code`, and error() carries `message`.
+  static Status own_error(Errc code, std::string message);
+
+  int rc = 0;  // the ZooKeeper return code (ZAPIERROR for an own_error)
   bool ok() const noexcept { return rc == 0; }
-  Errc code() const noexcept { return errc_from_zk(rc); }
+  Errc code() const noexcept { return own_ ? own_->code() : errc_from_zk(rc); }
   bool is(Errc c) const noexcept { return rc != 0 && code() == c; }
-  Error error(std::string_view context) const { return error_from_zk(rc, context); }
+  // The failure as an Error whose message starts with "<context>: ".
+  Error error(std::string_view context) const;
+
+ private:
+  std::shared_ptr<const Error> own_;  // set by own_error() only
 };
 
 struct Stat {
@@ -171,7 +183,8 @@ class Client {
   const std::string& owner_prefix() const noexcept;
 
   // The ensemble's identity (docs/protocol.md): /zklock/ensemble-id, created
-  // if absent, read once per session. Synchronous form throws Error.
+  // if absent, read once per session. Synchronous form throws Error; data
+  // that is not a UUID fail with Errc::protocol_error.
   std::string ensemble_id();
   void ensemble_id_async(std::function<void(Status, const std::string&)> done);
 
