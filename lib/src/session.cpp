@@ -74,6 +74,8 @@ void global_watcher(zhandle_t*, int type, int state, const char*, void* ctx) noe
     h->impl->on_session_event(h, state);
   } catch (const std::exception& e) {
     h->impl->log->error("session event handler failed: {}", e.what());
+  } catch (...) {
+    h->impl->log->error("session event handler failed with a non-standard exception");
   }
 }
 
@@ -418,7 +420,13 @@ void Client::Impl::timer_loop() {
         for (auto& [when, task] : due) {
           if (when == Clock::time_point::min()) {
             CallbackScope scope(0);
-            try { task.second(); } catch (...) {}
+            try {
+              task.second();
+            } catch (const std::exception& e) {
+              log->error("zklock timer task failed while closing: {}", e.what());
+            } catch (...) {
+              log->error("zklock timer task failed while closing with a non-standard exception");
+            }
           }
         }
         lk.lock();
@@ -447,6 +455,10 @@ void Client::Impl::timer_loop() {
         task();
       } catch (const std::exception& e) {
         log->error("zklock timer task failed: {}", e.what());
+      } catch (...) {
+        // A foreign exception (not derived from std::exception) must not end
+        // this thread: every later timer, and every deferred callback, runs here.
+        log->error("zklock timer task failed with a non-standard exception");
       }
     }
     lk.lock();

@@ -99,6 +99,25 @@ TEST(Client, EnsembleIdThatIsNotAUuidIsAProtocolError) {
   EXPECT_TRUE(test::eventually([&] { return held.expired(); }, 5s)) << "the callback is never released";
 }
 
+// A callback that throws something not derived from std::exception is logged
+// and dropped; the timer thread, which runs every deferred callback and
+// timer of the client, keeps running.
+TEST(Client, ForeignExceptionInADeferredCallbackDoesNotStopTheTimerThread) {
+  Client c({.connect = test::shared_server().connect_string()});
+  c.ensemble_id();  // now cached: ensemble_id_async answers from the timer thread
+  std::promise<void> thrown;
+  c.ensemble_id_async([&thrown](Status, const std::string&) {
+    thrown.set_value();
+    throw 42;
+  });
+  ASSERT_EQ(thrown.get_future().wait_for(10s), std::future_status::ready);
+  std::promise<std::string> again;
+  c.ensemble_id_async([&again](Status, const std::string& id) { again.set_value(id); });
+  auto f = again.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready) << "the timer thread is gone";
+  EXPECT_EQ(f.get(), c.ensemble_id());
+}
+
 TEST(Client, SyncConveniencesAndErrors) {
   Client c({.connect = test::shared_server().connect_string()});
   const auto base = test::unique_path("client");
