@@ -1,0 +1,135 @@
+// The users of locks: single-lock clients (exclusive or shared, some
+// pipelined: two owners on one session started back to back on one lock),
+// and multi-lock clients that take several locks in path order and release
+// them all. They hold for a random while, cancel some waits, and retry.
+#include "sim_world.hpp"
+
+namespace zklock::sim {
+
+using detail::MachineCommand;
+using detail::MachineEvent;
+using Kind = MachineEvent::Kind;
+using Cmd = MachineCommand::Kind;
+using Phase = detail::LockMachine::Phase;
+
+void World::on_outcome(int id, const MachineCommand& c) {
+  auto& rec = machines_[static_cast<std::size_t>(id)];
+  auto& a = actors_[static_cast<std::size_t>(rec.actor)];
+  const std::string who = "m" + std::to_string(id);
+  switch (c.kind) {
+    case Cmd::granted:
+      if (++rec.granted > 1 || rec.failed) violate("outcome: " + who + " granted twice, or after failing");
+      rec.held_path = locks_[static_cast<std::size_t>(rec.lock)] + "/" + rec.m->node_name();
+      rec.token = c.czxid;
+      ++counters_.grants;
+      holders_[static_cast<std::size_t>(rec.lock)].push_back(id);
+      check_grant(id);
+      if (a.state == Actor::releasing) {
+        actor_release(rec.actor);
+      } else if (a.kind == Actor::multi && a.ms.size() < a.locks.size()) {
+        start_machine(rec.actor, a.locks[a.ms.size()], a.mode);
+      } else {
+        a.state = Actor::holding;
+        a.cancel_armed = false;
+        a.wake = now_ + 1 + rng_.below(hold_max_);
+      }
+      return;
+    case Cmd::failed:
+      if (++rec.failed > 1 || rec.granted) violate("outcome: " + who + " failed twice, or after a grant");
+      if (a.kind == Actor::multi) actor_release(rec.actor);
+      actor_settle(rec.actor);
+      return;
+    case Cmd::lost:
+      ++counters_.lost;
+      if (++rec.lost > 1) violate("loss: " + who + " reported lost twice");
+      if (!rec.granted) violate("loss: " + who + " reported lost without a grant");
+      // The user sees the lease lost and gives up (all locks, for a multi-lock client).
+      if (a.state == Actor::holding) a.wake = std::min(a.wake, now_ + 1 + rng_.below(5));
+      else if (a.state == Actor::acquiring) actor_release(rec.actor);
+      return;
+    case Cmd::released: {
+      if (++rec.released > 1 || !rec.granted) violate("outcome: " + who + " released twice, or never granted");
+      auto& hs = holders_[static_cast<std::size_t>(rec.lock)];
+      std::erase(hs, id);
+      actor_settle(rec.actor);
+      return;
+    }
+    default: return;
+  }
+}
+
+void World::actor_tick(int ai) {
+  auto& a = actors_[static_cast<std::size_t>(ai)];
+  switch (a.state) {
+    case Actor::idle: actor_start(ai); return;
+    case Actor::acquiring:
+      a.cancel_armed = false;
+      if (!a.ms.empty() && machines_[static_cast<std::size_t>(a.ms.back())].m->phase() == Phase::acquiring) {
+        MachineEvent ev{Kind::cancel};
+        ev.errc = Errc::timeout;
+        ev.detail = "timed out (simulated)";
+        feed(a.ms.back(), ev);
+      }
+      return;
+    case Actor::holding: actor_release(ai); return;
+    case Actor::releasing: return;
+  }
+}
+
+void World::actor_start(int ai) {
+  auto& a = actors_[static_cast<std::size_t>(ai)];
+  a.state = Actor::acquiring;
+  a.cancel_armed = !tail_ && rng_.chance(150);
+  a.wake = now_ + 1 + rng_.below(300);
+  if (a.kind == Actor::multi) {
+    start_machine(ai, a.locks[0], a.mode);
+    return;
+  }
+  const int lock = static_cast<int>(rng_.below(locks_.size()));
+  const int partner = a.partner;
+  start_machine(ai, lock, a.mode);
+  if (partner >= 0 && actors_[static_cast<std::size_t>(partner)].state == Actor::idle) {
+    auto& b = actors_[static_cast<std::size_t>(partner)];
+    b.state = Actor::acquiring;
+    b.cancel_armed = false;
+    start_machine(partner, lock, b.mode);
+  }
+}
+
+// Release every granted lock of the attempt, and stop waiting for the rest.
+void World::actor_release(int ai) {
+  auto& a = actors_[static_cast<std::size_t>(ai)];
+  a.state = Actor::releasing;
+  const auto ms = a.ms;
+  for (int id : ms) {
+    auto& rec = machines_[static_cast<std::size_t>(id)];
+    if (rec.granted && !rec.release_requested) {
+      rec.release_requested = true;
+      rec.knew_at_release = rec.must_lose && rec.lost == 0 && !rec.m->holding();
+      feed(id, MachineEvent{Kind::release});
+    } else if (!rec.granted && !rec.failed && rec.m->phase() == Phase::acquiring) {
+      MachineEvent ev{Kind::cancel};
+      ev.errc = Errc::cancelled;
+      ev.detail = "giving up (simulated)";
+      feed(id, ev);
+    }
+  }
+  actor_settle(ai);
+}
+
+// The attempt is over once every machine of it failed or was released.
+void World::actor_settle(int ai) {
+  auto& a = actors_[static_cast<std::size_t>(ai)];
+  if (a.state == Actor::idle) return;
+  for (int id : a.ms) {
+    const auto& rec = machines_[static_cast<std::size_t>(id)];
+    if (!rec.failed && !rec.released) return;
+    if (rec.granted && !rec.released) return;
+  }
+  a.state = Actor::idle;
+  a.ms.clear();
+  a.cancel_armed = false;
+  a.wake = now_ + 1 + rng_.below(30);
+}
+
+}  // namespace zklock::sim

@@ -1,0 +1,179 @@
+// The deterministic simulator: lock machines (lib/src/lock_machine.hpp)
+// driven against the ZooKeeper model (sim_zk.hpp) by seeded random
+// schedules with faults, checking the recipe's invariants after every step.
+//
+//   sim_world.cpp       setup, the scheduler (which step runs next), faults, run_sim
+//   sim_driver.cpp      the shell: machine commands -> requests, replies -> events; the actors
+//   sim_invariants.cpp  the checks
+//
+// One seed fixes everything (the run's shape, every choice): a failing seed
+// replays exactly. Nothing depends on time, addresses or hash order.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "lock_machine.hpp"
+#include "sim_zk.hpp"
+
+namespace zklock::sim {
+
+enum class Regime { normal, saturated, wrap };
+const char* regime_name(Regime r);
+
+struct SimConfig {
+  std::uint64_t seed = 1;
+  Regime regime = Regime::normal;
+  std::uint64_t steps = 20000;       // steps with faults; then the fault-free tail
+  std::uint64_t tail_bound = 60000;  // liveness: everything settles within this many more steps
+  bool trace = false;                // keep the last trace_keep events
+  bool print_trace = false;          // print every event as it happens
+  std::size_t trace_keep = 200;
+  // Invariant (3) also for a loss the machine had seen but not yet reported
+  // when the user released (it waits for the revocation record first).
+  bool strict_loss = false;  // ZKLOCK_SIM_STRICT_LOSS=1
+};
+
+struct SimCounters {
+  std::uint64_t steps = 0, grants = 0, machines = 0, commits = 0, max_pipeline = 0;
+  std::uint64_t negative_suffixes = 0, overlapping_creates = 0;
+  std::uint64_t tied_listings = 0;   // a listing with two nodes of one suffix
+  std::uint64_t czxid_listings = 0;  // a listing that suffixes cannot order (czxid needed)
+  std::uint64_t disconnects = 0, expiries = 0, revocations = 0, reaps = 0, lost = 0;
+  std::uint64_t deferred_losses = 0;  // seen, unreported at the user's release (see strict_loss)
+};
+
+struct SimResult {
+  bool ok = true;
+  std::string violation;   // the invariant, and what broke it
+  std::uint64_t step = 0;  // the step after which it was seen
+  SimCounters counters;
+  std::string trace;       // the last events before the violation (from a traced replay)
+};
+
+// Runs one seed. A failing run is replayed with tracing to fill `trace`.
+SimResult run_sim(const SimConfig& cfg);
+// "seed 42 (saturated): <violation> at step 1234" and the trace.
+std::string describe(const SimConfig& cfg, const SimResult& r);
+
+// ---------------------------------------------------------------------------
+// Internal: the world of one run.
+
+struct MachineRec {
+  std::unique_ptr<detail::LockMachine> m;
+  int lock = 0, actor = -1;
+  std::uint64_t session = 0;
+  std::string guid;
+  int granted = 0, failed = 0, lost = 0, released = 0;
+  bool release_requested = false;
+  bool must_lose = false;  // granted, and its node was deleted by someone else
+  bool knew_at_release = false;  // released by the user while it knew its node was gone, unreported
+  std::string held_path;   // lock/<name> at the grant
+  std::int64_t token = 0;
+};
+
+struct Route {  // where a reply goes
+  int machine = -1;
+  std::uint64_t tag = 0;
+  detail::MachineEvent::Kind kind{};
+  int agg = -1;  // index into aggs_ when one command is several requests
+  std::size_t part = 0;
+};
+
+struct Agg {
+  std::size_t want = 0, got = 0;
+  std::vector<detail::NodeStat> stats;
+};
+
+struct Slot {  // one client process: one session at a time
+  enum State { connected, disconnected, server_expired } state = connected;
+  std::uint64_t sid = 0;  // the session; the machines' epoch
+  std::uint64_t since = 0;
+  bool validity_sent = false;
+  std::deque<Request> held;   // issued while disconnected: sent on reconnect
+  std::vector<int> machines;  // machines on this session, not yet finished
+};
+
+struct Actor {
+  enum Kind { single, multi } kind = single;
+  enum State { idle, acquiring, holding, releasing } state = idle;
+  int slot = 0;
+  int partner = -1;  // pipelined: started back to back with this actor, same lock
+  bool follower = false;
+  std::string owner;
+  Mode mode = Mode::exclusive;
+  LossPolicy policy = LossPolicy::tolerant;
+  std::vector<int> locks;  // multi: in path order
+  std::uint64_t wake = 0;
+  bool cancel_armed = false;
+  std::vector<int> ms;  // the current attempt's machines
+};
+
+class World {
+ public:
+  explicit World(const SimConfig& cfg);
+  SimResult run();
+
+ private:
+  // sim_world.cpp
+  void setup();
+  bool step_once();
+  void begin_tail();
+  void disconnect(int slot);
+  void reconnect(int slot);
+  void learn_expiry(int slot);
+  void revoke();
+  void reap();
+  void session_event(int slot, detail::MachineEvent::Kind kind);
+  void note(const std::string& line);
+  // sim_driver.cpp
+  int start_machine(int actor, int lock, Mode mode);
+  void feed(int machine, const detail::MachineEvent& ev);
+  void execute(int machine, const detail::MachineCommand& c);
+  void submit(int machine, Request req, Route route);
+  void on_reply(const Reply& r);
+  void drain_local();
+  void on_outcome(int machine, const detail::MachineCommand& c);
+  void actor_tick(int actor);
+  void actor_start(int actor);
+  void actor_release(int actor);
+  void actor_settle(int actor);
+  void track_deletions();
+  // sim_invariants.cpp
+  void check_step();
+  void check_grant(int machine);
+  void check_end();
+  bool quiescent() const;
+  void violate(const std::string& what);
+
+  SimConfig cfg_;
+  Rng rng_;
+  SimZk zk_;
+  std::vector<std::string> locks_;
+  std::vector<Slot> slots_;
+  std::vector<Actor> actors_;
+  std::deque<MachineRec> machines_;
+  std::map<std::string, int> by_guid_;
+  std::set<std::string> revoked_;  // nodes the detector has revoked
+  std::map<std::uint64_t, Route> routes_;
+  std::map<std::uint64_t, int> removes_;  // cookie of a remove -> the machine removing its own node
+  std::vector<Agg> aggs_;
+  std::deque<std::pair<std::uint64_t, Zrc>> local_;  // answers the client gives itself
+  std::uint64_t next_cookie_ = 0, now_ = 0;
+  bool tail_ = false;
+  // the run's shape (from the seed)
+  std::uint32_t w_commit_ = 10, w_fault_ = 10, hold_max_ = 50, validity_after_ = 20;
+  // grant history per lock, for the token invariant
+  std::vector<std::int64_t> max_token_, max_exclusive_token_;
+  std::vector<std::vector<int>> holders_;  // per lock: granted machines not yet released
+  SimCounters counters_;
+  std::string violation_;
+  std::deque<std::string> ring_;
+};
+
+}  // namespace zklock::sim
