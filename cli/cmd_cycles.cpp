@@ -1,5 +1,5 @@
 // zklock cycles [PATH]: the wait-for cycles right now, read-only, found by
-// the detector's own graph code.
+// the detector's own graph code (lib/model).
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -26,7 +26,7 @@ void run_cycles(const GlobalOptions& g, const CyclesOptions& o) {
 
   if (g.json) {
     nlohmann::json j{{"root", path}, {"cycles", nlohmann::json::array()}};
-    for (const auto& c : cycles) j["cycles"].push_back(cycle_json(c));
+    for (const auto& c : cycles) j["cycles"].push_back(model::cycle_json(c));
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return;
   }
@@ -35,10 +35,10 @@ void run_cycles(const GlobalOptions& g, const CyclesOptions& o) {
     return;
   }
   for (std::size_t i = 0; i < cycles.size(); ++i) {
-    std::cout << "cycle " << i + 1 << ": " << detector::cycle_text(cycles[i]) << "\n";
+    std::cout << "cycle " << i + 1 << ": " << model::cycle_text(cycles[i]) << "\n";
     for (const auto& w : cycles[i].waits) {
       std::cout << "  " << w.waiter << " waits on " << w.lock << " (" << w.waiter_node << ") for " << w.blocker
-                << (w.kind == detector::EdgeKind::hard ? ", which holds it" : ", which waits ahead of it") << "\n";
+                << (w.kind == model::EdgeKind::hard ? ", which holds it" : ", which waits ahead of it") << "\n";
     }
   }
 }

@@ -14,7 +14,6 @@
 
 #include "cli/commands.hpp"
 #include "cli/lock_tree.hpp"
-#include "detector/wait_for_graph.hpp"
 
 namespace zklock::cli {
 namespace {
@@ -24,7 +23,20 @@ struct GraphOptions {
   std::string format = "text";
 };
 
-using detector::dot_quote;
+// A Graphviz double-quoted ID for `s` (quotes, backslashes, newlines escaped).
+std::string dot_quote(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  out += '"';
+  return out;
+}
 
 // One owner's node on one lock: a hold or a wait.
 struct Link {
@@ -34,7 +46,7 @@ struct Link {
   std::int64_t age_ms;
 };
 
-std::vector<Link> links(const std::vector<LockView>& locks, const detector::WaitAnalysis& a, std::int64_t now) {
+std::vector<Link> links(const std::vector<LockView>& locks, const model::WaitAnalysis& a, std::int64_t now) {
   std::vector<Link> out;
   for (const auto& l : locks) {
     for (const auto& n : l.nodes) {
@@ -45,8 +57,8 @@ std::vector<Link> links(const std::vector<LockView>& locks, const detector::Wait
   return out;
 }
 
-std::string render_dot(const std::vector<Link>& ls, const detector::WaitForGraph& graph,
-                       const std::vector<detector::Cycle>& cycles) {
+std::string render_dot(const std::vector<Link>& ls, const model::WaitForGraph& graph,
+                       const std::vector<model::Cycle>& cycles) {
   // Cycle nodes: the waiting node and the node it waits for, on each step.
   std::set<std::string> cycle_nodes;
   for (const auto& c : cycles) {
@@ -114,8 +126,8 @@ void run_graph(const GlobalOptions& g, const GraphOptions& o) {
     }
     for (auto& [_, lj] : by_lock) j["locks"].push_back(std::move(lj));
     j["owners"] = owners;
-    for (const auto& w : analysis.graph.waits()) j["waits"].push_back(wait_json(w));
-    for (const auto& c : cycles) j["cycles"].push_back(cycle_json(c));
+    for (const auto& w : analysis.graph.waits()) j["waits"].push_back(model::wait_json(w));
+    for (const auto& c : cycles) j["cycles"].push_back(model::cycle_json(c));
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return;
   }
@@ -135,10 +147,10 @@ void run_graph(const GlobalOptions& g, const GraphOptions& o) {
   std::cout << waits.size() << (waits.size() == 1 ? " wait\n" : " waits\n");
   for (const auto& w : waits) {
     std::cout << "  " << w.waiter << " waits for " << w.blocker << " on " << w.lock << " ("
-              << detector::edge_kind_name(w.kind) << ")\n";
+              << model::edge_kind_name(w.kind) << ")\n";
   }
   std::cout << cycles.size() << (cycles.size() == 1 ? " cycle\n" : " cycles\n");
-  for (const auto& c : cycles) std::cout << "  cycle: " << detector::cycle_text(c) << "\n";
+  for (const auto& c : cycles) std::cout << "  cycle: " << model::cycle_text(c) << "\n";
 }
 
 }  // namespace

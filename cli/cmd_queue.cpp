@@ -32,7 +32,7 @@ void run_queue(const GlobalOptions& g, const QueueOptions& o) {
   struct Row {
     std::size_t position;
     const NodeView* node;
-    const detector::NodeInfo* info;
+    const model::NodeInfo* info;
     std::string token;
   };
   std::vector<Row> rows;

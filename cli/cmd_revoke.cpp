@@ -4,6 +4,7 @@
 // a holder's lease is lost (revoked), both with the recorded reason.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 
@@ -38,18 +39,21 @@ void run_revoke(const GlobalOptions& g, const RevokeOptions& o) {
   if (!parsed) throw CliError(exit_code::usage, path + " is not a zklock lock node (see 'zklock queue LOCK')");
   auto client = connect(g);
 
-  Stat stat;
-  const auto data = client->get_data(path, &stat);
-  if (!data) throw CliError(exit_code::no_such, "no such node: " + path);
-  NodeView view;
-  view.name = name;
-  view.path = path;
-  view.parsed = parsed;
-  view.data = decode_node_data(*data);
-  view.stat = stat;
+  // The owner exactly as `zklock queue` shows it: the queue model's owner
+  // resolution over the node's lock (model::analyze_queues()).
+  LockView view;
+  try {
+    view = read_lock(*client, lock);
+  } catch (const Error& e) {
+    if (e.code() == Errc::no_node) throw CliError(exit_code::no_such, "no such node: " + path);
+    throw;
+  }
+  const auto node = std::find_if(view.nodes.begin(), view.nodes.end(), [&](const NodeView& n) { return n.path == path; });
+  if (node == view.nodes.end()) throw CliError(exit_code::no_such, "no such node: " + path);
+  const auto analysis = analyze({view}, std::chrono::milliseconds::zero(), now_ms());
 
   RevocationRequest req;
-  req.victims.push_back({path, owner_of(view), stat.czxid});
+  req.victims.push_back({path, analysis.nodes.at(path).owner, node->stat.czxid});
   req.record.policy = "operator";
   req.record.mode = "wait";
   req.record.detector = operator_id();

@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <map>
 #include <memory>
 #include <mutex>
 
+#include "model/queue_order.hpp"
 #include "zklock/error.hpp"
+#include "zklock/protocol/paths.hpp"
 
 namespace zklock::cli {
 namespace {
@@ -34,7 +35,7 @@ std::vector<NodeView> read_nodes(Client& client, const std::string& parent,
   for (std::size_t i = 0; i < names.size(); ++i) {
     auto& n = batch->nodes[i];
     n.name = names[i];
-    n.path = detector::node_path(parent, names[i]);
+    n.path = model::node_path(parent, names[i]);
     n.parsed = parse_lock_node_name(names[i]);
     client.get(n.path, {}, [batch, i](Status st, std::string data, const Stat& stat) {
       std::lock_guard lk(batch->mu);
@@ -73,24 +74,18 @@ LockView build_lock(Client& client, const std::string& path, const std::vector<s
     } else {
       NodeView f;
       f.name = c;
-      f.path = detector::node_path(path, c);
+      f.path = model::node_path(path, c);
       lock.foreign.push_back(std::move(f));
     }
   }
   std::sort(lock.foreign.begin(), lock.foreign.end(),
             [](const NodeView& a, const NodeView& b) { return a.name < b.name; });
   auto nodes = read_nodes(client, path, ours);
-  // Grant order exactly as the detector (and the recipe) sees it.
-  std::vector<detector::QueueNode> order;
-  std::map<std::string, std::size_t> index;
-  for (std::size_t i = 0; i < nodes.size(); ++i) {
-    auto q = detector::queue_node_from_name(nodes[i].name);
-    q->czxid = nodes[i].stat.czxid;
-    order.push_back(std::move(*q));
-    index[nodes[i].name] = i;
-  }
-  detector::sort_queue(order);
-  for (const auto& q : order) lock.nodes.push_back(std::move(nodes[index[q.name]]));
+  // Creation order, exactly as the recipe and the detector see it (every
+  // czxid is known here: the gets read each node's stat).
+  model::sort_by_creation(
+      nodes, [](const NodeView& n) { return model::OrderKey{n.parsed->sequence, n.stat.czxid, n.name}; });
+  lock.nodes = std::move(nodes);
   return lock;
 }
 
@@ -98,7 +93,7 @@ LockView build_lock(Client& client, const std::string& path, const std::vector<s
 // parent) — unless its parent is a lock: then it is a foreign child.
 void walk(Client& client, const std::string& path, bool is_root, bool parent_is_lock, int depth,
           std::vector<LockView>& out) {
-  if (path == "/zookeeper" || path == "/zklock") return;
+  if (path == "/zookeeper" || path == protocol::kMetadataRoot) return;
   std::vector<std::string> children;
   try {
     children = client.children(path);
@@ -115,7 +110,7 @@ void walk(Client& client, const std::string& path, bool is_root, bool parent_is_
   if (depth >= 64) return;  // deeper trees are not lock trees
   for (const auto& c : children) {
     if (parse_lock_node_name(c)) continue;  // ephemeral: no children
-    walk(client, detector::node_path(path, c), false, has_lock_nodes, depth + 1, out);
+    walk(client, model::node_path(path, c), false, has_lock_nodes, depth + 1, out);
   }
 }
 
@@ -133,11 +128,11 @@ std::vector<LockView> read_tree(Client& client, const std::string& root) {
   return out;
 }
 
-detector::LockQueue to_queue(const LockView& lock) {
-  detector::LockQueue q;
+model::LockQueue to_queue(const LockView& lock) {
+  model::LockQueue q;
   q.path = lock.path;
   for (const auto& n : lock.nodes) {
-    auto qn = detector::queue_node_from_name(n.name);
+    auto qn = model::queue_node_from_name(n.name);
     if (!qn) continue;
     if (n.data) {
       qn->owner = n.data->owner;
@@ -150,43 +145,26 @@ detector::LockQueue to_queue(const LockView& lock) {
   return q;
 }
 
-detector::WaitAnalysis analyze(const std::vector<LockView>& locks, milliseconds min_wait, std::int64_t now) {
-  std::vector<detector::LockQueue> queues;
+model::WaitAnalysis analyze(const std::vector<LockView>& locks, milliseconds min_wait, std::int64_t now) {
+  std::vector<model::LockQueue> queues;
   queues.reserve(locks.size());
   std::int64_t newest = 0;
   for (const auto& l : locks) {
     queues.push_back(to_queue(l));
     for (const auto& n : l.nodes) newest = std::max(newest, n.stat.ctime);
   }
-  detector::AnalyzeOptions opts;
+  model::AnalyzeOptions opts;
   // Ages come from the server's ctime; a client clock behind the server's
   // must not make fresh waits look younger than zero and hide them.
   opts.now_ms = std::max(now, newest);
   opts.min_wait = min_wait;
-  return detector::analyze_queues(queues, opts);
-}
-
-std::string owner_of(const NodeView& node) {
-  if (node.data && node.parsed && owner_key(node.data->owner) == node.parsed->owner_key) return node.data->owner;
-  return node.parsed ? "owner-key:" + node.parsed->owner_key : std::string();
+  return model::analyze_queues(queues, opts);
 }
 
 std::optional<std::string> read_ensemble_id(Client& client) {
-  auto id = client.get_data("/zklock/ensemble-id");
+  auto id = client.get_data(std::string(protocol::kEnsembleIdPath));
   if (!id || id->empty()) return std::nullopt;
   return id;
-}
-
-nlohmann::json wait_json(const detector::Wait& w) {
-  return {{"waiter", w.waiter},           {"blocker", w.blocker},
-          {"lock", w.lock},               {"waiter_node", w.waiter_node},
-          {"blocker_node", w.blocker_node}, {"kind", detector::edge_kind_name(w.kind)}};
-}
-
-nlohmann::json cycle_json(const detector::Cycle& c) {
-  nlohmann::json j{{"text", detector::cycle_text(c)}, {"owners", c.owners()}, {"waits", nlohmann::json::array()}};
-  for (const auto& w : c.waits) j["waits"].push_back(wait_json(w));
-  return j;
 }
 
 }  // namespace zklock::cli

@@ -6,9 +6,10 @@
 // latency per lock, not per node). A node that vanishes between the listing
 // and the read is dropped: the snapshot is what was there when read.
 //
-// Ordering and holder/waiter decisions are not made here: they come from
-// the detector's analyze_queues() (detector/lock_queue.hpp), so the CLI and
-// the detector always agree on who holds and who waits.
+// Ordering, holder/waiter and owner decisions are not made here: they come
+// from the queue model shared with the detector (model/queue_order.hpp,
+// model/lock_queue.hpp), so the CLI and the detector always agree on who
+// holds, who waits and who owns a node.
 #pragma once
 
 #include <chrono>
@@ -16,12 +17,10 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "detector/lock_queue.hpp"
+#include "model/lock_queue.hpp"
 #include "zklock/client.hpp"
-#include "zklock/node_data.hpp"
-#include "zklock/node_name.hpp"
+#include "zklock/protocol/node_data.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 namespace zklock::cli {
 
@@ -47,21 +46,12 @@ LockView read_lock(Client& client, const std::string& lock_path);
 // empty tree. /zookeeper and /zklock are skipped.
 std::vector<LockView> read_tree(Client& client, const std::string& root);
 
-// The detector's view of the snapshot.
-detector::LockQueue to_queue(const LockView& lock);
-detector::WaitAnalysis analyze(const std::vector<LockView>& locks, std::chrono::milliseconds min_wait,
+// The queue model's view of the snapshot (the detector's analysis).
+model::LockQueue to_queue(const LockView& lock);
+model::WaitAnalysis analyze(const std::vector<LockView>& locks, std::chrono::milliseconds min_wait,
                                std::int64_t now_ms);
 
-// The owner a node records (data), or "owner-key:<key>" when unknown — the
-// same rule analyze_queues() applies.
-std::string owner_of(const NodeView& node);
-
-// The --json shapes of one owner-to-owner wait and of one cycle (its text,
-// owners and waits), shared by `zklock cycles` and `zklock graph`.
-nlohmann::json wait_json(const detector::Wait& w);
-nlohmann::json cycle_json(const detector::Cycle& c);
-
-// The ensemble id at /zklock/ensemble-id without creating it (nullopt when
+// The ensemble id (protocol::kEnsembleIdPath) without creating it (nullopt when
 // absent: no lock was ever taken on this ensemble).
 std::optional<std::string> read_ensemble_id(Client& client);
 

@@ -22,7 +22,7 @@ std::string default_id() {
 }
 
 // A cycle's identity across scans: its sorted node paths.
-std::string cycle_key(const Cycle& c) {
+std::string cycle_key(const model::Cycle& c) {
   std::string key;
   for (const auto& p : c.node_paths()) {
     key += p;
@@ -156,7 +156,7 @@ void Daemon::run() {
 std::vector<CycleReport> Daemon::scan_once() {
   const auto started = Clock::now();
   const auto now_ms = wall_now_ms();
-  const auto analysis = analyze_snapshot(mirror_->snapshot(), AnalyzeOptions{now_ms, config_.min_wait});
+  const auto analysis = model::analyze_snapshot(mirror_->snapshot(), model::AnalyzeOptions{now_ms, config_.min_wait});
   const auto cycles = analysis.graph.cycles();
   const auto leader_node = election_->leader_node();
 
@@ -193,11 +193,11 @@ std::vector<CycleReport> Daemon::scan_once() {
   return reports;
 }
 
-CycleReport Daemon::handle_cycle(const Cycle& cycle, const WaitAnalysis& analysis, std::int64_t now_ms,
+CycleReport Daemon::handle_cycle(const model::Cycle& cycle, const model::WaitAnalysis& analysis, std::int64_t now_ms,
                                  const std::optional<std::string>& leader_node) {
   CycleReport r;
   r.cycle = cycle;
-  r.text = cycle_text(cycle);
+  r.text = model::cycle_text(cycle);
   std::int64_t youngest = 0;
   for (const auto& p : cycle.node_paths()) {
     if (auto it = analysis.nodes.find(p); it != analysis.nodes.end()) youngest = std::max(youngest, it->second.ctime_ms);

@@ -62,7 +62,7 @@ struct DetectorConfig {
 
 // What one scan did about one cycle.
 struct CycleReport {
-  Cycle cycle;
+  model::Cycle cycle;
   std::string text;              // cycle_text(cycle)
   Candidate victim;
   std::string outcome;           // revoked, aborted, deposed, failed, dry_run, standby
@@ -99,11 +99,11 @@ class Daemon {
   std::function<void(const CycleReport&)> on_cycle;
   // Fault injection for tests: runs between the snapshot and the revocation
   // multi of each cycle (to change the tree behind the detector's back).
-  std::function<void(const Cycle&)> before_revoke;
+  std::function<void(const model::Cycle&)> before_revoke;
 
  private:
   void schedule(Clock::time_point due);
-  CycleReport handle_cycle(const Cycle& cycle, const WaitAnalysis& analysis, std::int64_t now_ms,
+  CycleReport handle_cycle(const model::Cycle& cycle, const model::WaitAnalysis& analysis, std::int64_t now_ms,
                            const std::optional<std::string>& leader_node);
   std::string health() const;
 

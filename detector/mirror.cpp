@@ -55,7 +55,7 @@ struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
   bool root_watch_armed = false;           // GUARDED_BY(mu)
   std::map<std::string, Dir> dirs;         // GUARDED_BY(mu)
   std::map<std::string, Node> nodes;       // GUARDED_BY(mu), by full path
-  LockIndex index;                         // GUARDED_BY(mu): the nodes' queues
+  model::LockIndex index;                         // GUARDED_BY(mu): the nodes' queues
   std::deque<Work> queue;                  // GUARDED_BY(mu)
   std::size_t inflight = 0;                // GUARDED_BY(mu)
   MirrorStats stats;                       // GUARDED_BY(mu), counters only
@@ -260,7 +260,7 @@ struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
   void apply_children(const std::string& path, Dir& d, const std::vector<std::string>& children) {
     std::set<std::string> locks, subdirs;
     for (const auto& name : children) {
-      if (auto q = queue_node_from_name(name)) {
+      if (auto q = model::queue_node_from_name(name)) {
         locks.insert(name);
         if (d.locks.count(name)) continue;
         const auto full = child_path(path, name);
@@ -391,17 +391,17 @@ void Mirror::start() {
 
 void Mirror::resync() { core_->restart_all(false); }
 
-QueueSnapshot Mirror::snapshot() const {
+model::QueueSnapshot Mirror::snapshot() const {
   std::lock_guard lock(core_->mu);
   return core_->index.snapshot();
 }
 
-std::vector<LockQueue> Mirror::queues() const {
+std::vector<model::LockQueue> Mirror::queues() const {
   std::lock_guard lock(core_->mu);
   return core_->index.queues();
 }
 
-std::vector<LoneNode> Mirror::lone_nodes(const std::string& owner_key) const {
+std::vector<model::LoneNode> Mirror::lone_nodes(const std::string& owner_key) const {
   std::lock_guard lock(core_->mu);
   return core_->index.lone_nodes(owner_key);
 }

@@ -43,8 +43,8 @@
 
 #include <spdlog/logger.h>
 
-#include "detector/lock_index.hpp"
-#include "detector/lock_queue.hpp"
+#include "model/lock_index.hpp"
+#include "model/lock_queue.hpp"
 #include "zklock/client.hpp"
 
 namespace zklock::detector {
@@ -82,12 +82,12 @@ class Mirror {
 
   // The contended queues and the summary of the others, at one instant
   // (feed it to analyze_snapshot()).
-  QueueSnapshot snapshot() const;
+  model::QueueSnapshot snapshot() const;
   // Every lock queue (lock paths with at least one zklock node). O(all
   // nodes): for tools and tests, not for scans.
-  std::vector<LockQueue> queues() const;
+  std::vector<model::LockQueue> queues() const;
   // The nodes an owner key holds alone in their queues, now.
-  std::vector<LoneNode> lone_nodes(const std::string& owner_key) const;
+  std::vector<model::LoneNode> lone_nodes(const std::string& owner_key) const;
   MirrorStats stats() const;
   // True when no read is queued or in flight (the copy is as current as the
   // watches make it).

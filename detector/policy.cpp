@@ -78,7 +78,7 @@ bool glob_match(std::string_view pattern, std::string_view text) noexcept {
   return p == pattern.size();
 }
 
-std::vector<Candidate> cycle_candidates(const Cycle& cycle, const WaitAnalysis& analysis) {
+std::vector<Candidate> cycle_candidates(const model::Cycle& cycle, const model::WaitAnalysis& analysis) {
   std::vector<Candidate> out;
   out.reserve(cycle.waits.size());
   for (const auto& w : cycle.waits) {

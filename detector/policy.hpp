@@ -26,8 +26,8 @@
 #include <string_view>
 #include <vector>
 
-#include "detector/lock_queue.hpp"
-#include "detector/wait_for_graph.hpp"
+#include "model/lock_queue.hpp"
+#include "model/wait_for_graph.hpp"
 
 namespace zklock::detector {
 
@@ -53,7 +53,7 @@ struct Candidate {
 };
 
 // The members of `cycle`, with facts from `analysis` (unknown facts are 0).
-std::vector<Candidate> cycle_candidates(const Cycle& cycle, const WaitAnalysis& analysis);
+std::vector<Candidate> cycle_candidates(const model::Cycle& cycle, const model::WaitAnalysis& analysis);
 
 // Index into `candidates` of the victim. REQUIRES: candidates non-empty.
 std::size_t choose_victim(const std::vector<Candidate>& candidates, const PolicyOptions& options);

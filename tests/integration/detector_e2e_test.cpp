@@ -51,6 +51,8 @@
 namespace zklock::detector {
 namespace {
 
+using namespace zklock::model;
+
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;

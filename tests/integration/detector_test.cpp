@@ -19,6 +19,8 @@
 namespace zklock::detector {
 namespace {
 
+using namespace zklock::model;
+
 using namespace std::chrono_literals;
 
 // One owner: its own session, so its nodes live and die with it.
@@ -298,7 +300,8 @@ TEST(Detector, TheScanSnapshotAgreesWithTheWholeMirrorAsNodesComeAndGo) {
     EXPECT_EQ(snap.contended.size(), contended);
     const auto fast = analyze_snapshot(snap, o);
     const auto full = analyze_queues(d.mirror().queues(), o);
-    EXPECT_EQ(fast.graph.to_json(), full.graph.to_json());
+    EXPECT_EQ(fast.graph.waits(), full.graph.waits());
+    EXPECT_EQ(fast.graph.cycles(), full.graph.cycles());
     EXPECT_EQ(fast.locks, full.locks);
     EXPECT_EQ(fast.holders, full.holders);
     EXPECT_EQ(fast.waiters, full.waiters);

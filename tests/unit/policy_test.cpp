@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
-#include "detector/lock_index.hpp"
+#include "model/lock_index.hpp"
 
 namespace zklock::detector {
 namespace {
+
+using namespace zklock::model;
 
 // Three members: A (oldest node, holds 3, priority 5), B (middle, holds 1,
 // priority -1), C (youngest, holds 2, priority 0).

@@ -1,12 +1,12 @@
-#include "detector/lock_index.hpp"
+#include "model/lock_index.hpp"
 
-namespace zklock::detector {
+namespace zklock::model {
 
 namespace {
 
-// Only an owner that hashes to the key in the node's name names the key's
-// owner (the rule analyze_queues() applies).
-bool names_owner(const QueueNode& n) { return !n.owner.empty() && owner_key(n.owner) == n.owner_key; }
+// Only node data whose owner hashes to the key in the node's name names the
+// key's owner (the rule analyze_queues() applies).
+bool names_owner(const QueueNode& n) { return model::names_owner(n.owner, n.owner_key); }
 
 }  // namespace
 
@@ -123,4 +123,4 @@ std::vector<LockQueue> LockIndex::queues() const {
   return out;
 }
 
-}  // namespace zklock::detector
+}  // namespace zklock::model

@@ -27,7 +27,9 @@
 #include <unordered_map>
 #include <vector>
 
-namespace zklock::detector {
+#include <nlohmann/json_fwd.hpp>
+
+namespace zklock::model {
 
 enum class EdgeKind { hard, soft };
 std::string_view edge_kind_name(EdgeKind k) noexcept;  // "hard" / "soft"
@@ -53,6 +55,8 @@ struct Cycle {
   // Every node path that forms the cycle (waiting and blocking), sorted,
   // without duplicates: the nodes that must all still exist for the cycle to persist.
   std::vector<std::string> node_paths() const;
+
+  friend bool operator==(const Cycle&, const Cycle&) = default;
 };
 
 // "a -[/locks/y]-> b -[/locks/x]-> a" (soft edges are marked "~[...]~>").
@@ -73,14 +77,6 @@ class WaitForGraph {
   // One concrete cycle per deadlocked component, sorted by first owner.
   std::vector<Cycle> cycles() const;
 
-  // Renderers for operators and tools. `text`: one line per wait, then the
-  // cycles. `dot`: Graphviz; soft edges dashed, cycle edges red. `json`:
-  // {"owners":[...],"waits":[{waiter,blocker,lock,waiter_node,blocker_node,kind}],
-  //  "cycles":[{"text":...,"waits":[...]}]}.
-  std::string to_text() const;
-  std::string to_dot() const;
-  std::string to_json() const;
-
  private:
   struct Edge {
     std::size_t waiter, blocker;  // vertex ids (indices into names_)
@@ -95,7 +91,11 @@ class WaitForGraph {
   std::unordered_map<std::string, std::size_t> edge_keys_;  // dedup
 };
 
-// A Graphviz double-quoted ID for `s` (quotes, backslashes, newlines escaped).
-std::string dot_quote(std::string_view s);
+// The one JSON rendering of waits and cycles (`zklock cycles --json`,
+// `zklock graph --json`; docs/cli.md):
+//   wait:  {"waiter","blocker","lock","waiter_node","blocker_node","kind":"hard"|"soft"}
+//   cycle: {"text": cycle_text(), "owners": [...], "waits": [wait, ...]}
+nlohmann::json wait_json(const Wait& wait);
+nlohmann::json cycle_json(const Cycle& cycle);
 
-}  // namespace zklock::detector
+}  // namespace zklock::model

@@ -1,4 +1,4 @@
-#include "detector/wait_for_graph.hpp"
+#include "model/wait_for_graph.hpp"
 
 #include <algorithm>
 #include <deque>
@@ -10,35 +10,14 @@
 #include <boost/graph/strong_components.hpp>
 #include <nlohmann/json.hpp>
 
-namespace zklock::detector {
+namespace zklock::model {
 namespace {
 
 auto wait_order_key(const Wait& w) {
   return std::tie(w.waiter, w.blocker, w.lock, w.waiter_node, w.blocker_node);
 }
 
-nlohmann::json wait_json(const Wait& w) {
-  return {{"waiter", w.waiter},           {"blocker", w.blocker},
-          {"lock", w.lock},               {"waiter_node", w.waiter_node},
-          {"blocker_node", w.blocker_node}, {"kind", std::string(edge_kind_name(w.kind))}};
-}
-
 }  // namespace
-
-std::string dot_quote(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  out += '"';
-  return out;
-}
-
 
 std::string_view edge_kind_name(EdgeKind k) noexcept { return k == EdgeKind::soft ? "soft" : "hard"; }
 
@@ -196,49 +175,16 @@ std::vector<Cycle> WaitForGraph::cycles() const {
   return result;
 }
 
-std::string WaitForGraph::to_text() const {
-  std::string out;
-  const auto all = waits();
-  out += std::to_string(owner_count()) + " owners, " + std::to_string(all.size()) + " waits\n";
-  for (const auto& w : all) {
-    out += w.waiter + " waits for " + w.blocker + " on " + w.lock + " (" +
-           std::string(edge_kind_name(w.kind)) + ")\n";
-  }
-  const auto cs = cycles();
-  out += std::to_string(cs.size()) + (cs.size() == 1 ? " cycle\n" : " cycles\n");
-  for (const auto& c : cs) out += "cycle: " + cycle_text(c) + "\n";
-  return out;
+nlohmann::json wait_json(const Wait& w) {
+  return {{"waiter", w.waiter},           {"blocker", w.blocker},
+          {"lock", w.lock},               {"waiter_node", w.waiter_node},
+          {"blocker_node", w.blocker_node}, {"kind", edge_kind_name(w.kind)}};
 }
 
-std::string WaitForGraph::to_dot() const {
-  std::set<std::tuple<std::string, std::string, std::string>> on_cycle;
-  for (const auto& c : cycles()) {
-    for (const auto& w : c.waits) on_cycle.emplace(w.waiter, w.blocker, w.lock);
-  }
-  std::string out = "digraph waits_for {\n  node [shape=box];\n";
-  for (const auto& o : owners()) out += "  " + dot_quote(o) + ";\n";
-  for (const auto& w : waits()) {
-    out += "  " + dot_quote(w.waiter) + " -> " + dot_quote(w.blocker) + " [label=" + dot_quote(w.lock);
-    if (w.kind == EdgeKind::soft) out += ", style=dashed";
-    if (on_cycle.count({w.waiter, w.blocker, w.lock})) out += ", color=red, penwidth=2";
-    out += "];\n";
-  }
-  out += "}\n";
-  return out;
+nlohmann::json cycle_json(const Cycle& c) {
+  nlohmann::json j{{"text", cycle_text(c)}, {"owners", c.owners()}, {"waits", nlohmann::json::array()}};
+  for (const auto& w : c.waits) j["waits"].push_back(wait_json(w));
+  return j;
 }
 
-std::string WaitForGraph::to_json() const {
-  nlohmann::json j;
-  j["owners"] = owners();
-  j["waits"] = nlohmann::json::array();
-  for (const auto& w : waits()) j["waits"].push_back(wait_json(w));
-  j["cycles"] = nlohmann::json::array();
-  for (const auto& c : cycles()) {
-    nlohmann::json cj{{"text", cycle_text(c)}, {"waits", nlohmann::json::array()}};
-    for (const auto& w : c.waits) cj["waits"].push_back(wait_json(w));
-    j["cycles"].push_back(std::move(cj));
-  }
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-}  // namespace zklock::detector
+}  // namespace zklock::model

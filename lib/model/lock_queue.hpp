@@ -1,23 +1,22 @@
 // Lock queues as the detector and the CLI see them, and the waits in them.
 //
 // A LockQueue is a snapshot of one lock path's zklock children (foreign
-// children already dropped). analyze_queues() orders each queue the way the
-// recipe does (wrap-aware sequence, ties by czxid), decides who holds and who
-// waits, and turns the waits into a WaitForGraph:
-//
-//   exclusive node ('w'): waits for every earlier node; holds when none.
-//   shared node ('r'):    waits for every earlier 'w' node; holds when none.
-//   edge waiter -> blocker is hard when the blocker holds, soft when it waits.
+// children already dropped). analyze_queues() orders each queue and decides
+// who holds and who waits with model/queue_order.hpp (the recipe's own
+// rule: creation order, and the grant rule blocks()), and turns the waits
+// into a WaitForGraph: an edge waiter -> blocker for every earlier node that
+// blocks the waiter; hard when the blocker holds, soft when it waits.
 //
 // Only waits older than `min_wait` (by the waiting node's ctime) become
 // edges, so ordinary hand-offs never look like deadlocks. Nodes ahead of an
 // old waiter are older still (queues only grow at the tail), so filtering by
 // the waiter's age never hides a blocker.
 //
-// Owners: the owner id comes from node data when the data is valid and its
-// owner hashes to the owner key in the name; otherwise the node's owner is
-// "owner-key:<16 hex>", shared by every node with that key, so the graph
-// can be built from names alone.
+// Owners (one rule for the detector and the CLI): node data names the owner
+// only when its owner id hashes to the owner key in the node's name
+// (names_owner()); an owner key's owner is the smallest id so named by any
+// of the key's nodes, and "owner-key:<16 hex>" (unknown_owner()) when none
+// names one, so the graph can be built from names alone.
 //
 // Cost: a waiter gets one edge per distinct owner ahead of it, so a queue of
 // n waiting owners costs O(n^2) edges; AnalyzeOptions::max_queue_edges caps
@@ -30,13 +29,14 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
-#include "detector/wait_for_graph.hpp"
-#include "zklock/node_name.hpp"
+#include "model/wait_for_graph.hpp"
+#include "zklock/protocol/node_name.hpp"
 
-namespace zklock::detector {
+namespace zklock::model {
 
 struct QueueNode {
   std::string name;          // child name as listed ("w_<key>_<guid>_<seq>")
@@ -121,10 +121,18 @@ struct QueueSnapshot {
 // contended queues.
 WaitAnalysis analyze_snapshot(const QueueSnapshot& snapshot, const AnalyzeOptions& options);
 
-// Sorts a queue into grant order (wrap-aware sequence, ties by czxid, then name).
-void sort_queue(std::vector<QueueNode>& nodes);
+// Sorts a queue into creation order: model::sort_by_creation() (suffix where
+// unambiguous, czxid otherwise; an unknown czxid sorts last). True when the
+// order is exact (see there).
+bool sort_queue(std::vector<QueueNode>& nodes);
+
+// Does node data recording `owner` name the owner of a node whose name
+// carries owner key `key`? Only an owner id that hashes to the key does.
+bool names_owner(std::string_view owner, std::string_view key);
+// "owner-key:<key>": the owner of a key no node's data names.
+std::string unknown_owner(std::string_view key);
 
 // "<lock>/<name>"
 std::string node_path(const std::string& lock, const std::string& name);
 
-}  // namespace zklock::detector
+}  // namespace zklock::model

@@ -30,9 +30,9 @@
 #include <utility>
 #include <vector>
 
-#include "detector/lock_queue.hpp"
+#include "model/lock_queue.hpp"
 
-namespace zklock::detector {
+namespace zklock::model {
 
 // A lock node held alone in its queue.
 struct LoneNode {
@@ -82,4 +82,4 @@ class LockIndex {
   std::size_t nodes_ = 0;
 };
 
-}  // namespace zklock::detector
+}  // namespace zklock::model

@@ -1,9 +1,11 @@
-#include "detector/lock_queue.hpp"
+#include "model/lock_queue.hpp"
 
 #include <algorithm>
 #include <unordered_set>
 
-namespace zklock::detector {
+#include "model/queue_order.hpp"
+
+namespace zklock::model {
 
 std::optional<QueueNode> queue_node_from_name(std::string_view child_name) {
   auto parsed = parse_lock_node_name(child_name);
@@ -20,20 +22,15 @@ std::string node_path(const std::string& lock, const std::string& name) {
   return lock == "/" ? "/" + name : lock + "/" + name;
 }
 
-void sort_queue(std::vector<QueueNode>& nodes) {
-  std::sort(nodes.begin(), nodes.end(), [](const QueueNode& a, const QueueNode& b) {
-    if (const int c = compare_sequence(a.sequence, b.sequence); c != 0) return c < 0;
-    // Equal sequences: a saturated counter (ZooKeeper 3.8.0). Creation order
-    // is czxid order; an unknown czxid (0) sorts first, then by name so the
-    // order is at least deterministic until the stat arrives.
-    if (a.czxid != b.czxid) return a.czxid < b.czxid;
-    return a.name < b.name;
-  });
+bool sort_queue(std::vector<QueueNode>& nodes) {
+  return sort_by_creation(nodes, [](const QueueNode& n) { return OrderKey{n.sequence, n.czxid, n.name}; });
 }
 
-namespace {
+bool names_owner(std::string_view owner, std::string_view key) { return !owner.empty() && owner_key(owner) == key; }
 
-std::string unknown_owner(const std::string& key) { return "owner-key:" + key; }
+std::string unknown_owner(std::string_view key) { return "owner-key:" + std::string(key); }
+
+namespace {
 
 // Adds one queue's nodes, holders, waiters and waits to `out`. `owner_of`
 // maps an owner key to its resolved owner id.
@@ -44,16 +41,12 @@ void analyze_queue(const LockQueue& q, const OwnerOf& owner_of, const AnalyzeOpt
   auto nodes = q.nodes;
   sort_queue(nodes);
 
-  // Holders form a prefix: an exclusive node holds only at the head; a
-  // shared node holds while no writer is ahead of it.
+  const auto mode = [](const QueueNode& n) { return n.mode; };
+  const std::vector<bool> holds = holders(nodes, mode);
   std::vector<std::string> owners(nodes.size()), paths(nodes.size());
-  std::vector<bool> holds(nodes.size());
-  bool writer_ahead = false;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     owners[i] = owner_of(nodes[i].owner_key);
     paths[i] = node_path(q.path, nodes[i].name);
-    holds[i] = nodes[i].mode == Mode::exclusive ? i == 0 : !writer_ahead;
-    if (nodes[i].mode == Mode::exclusive) writer_ahead = true;
 
     NodeInfo info{paths[i], q.path,           owners[i],      nodes[i].mode,
                   holds[i], nodes[i].priority, nodes[i].czxid, nodes[i].ctime_ms};
@@ -81,7 +74,7 @@ void analyze_queue(const LockQueue& q, const OwnerOf& owner_of, const AnalyzeOpt
     // which is a holder whenever the owner holds here (hard edges first).
     std::unordered_set<std::string> seen;
     for (std::size_t j = 0; j < i; ++j) {
-      if (n.mode == Mode::shared && nodes[j].mode == Mode::shared) continue;
+      if (!blocks(n.mode, nodes[j].mode)) continue;
       if (!seen.insert(owners[j]).second) continue;
       out.graph.add_wait(Wait{owners[i], owners[j], q.path, paths[i], paths[j],
                               holds[j] ? EdgeKind::hard : EdgeKind::soft});
@@ -99,7 +92,7 @@ WaitAnalysis analyze_queues(const std::vector<LockQueue>& queues, const AnalyzeO
   std::unordered_map<std::string, std::string> owner_by_key;
   for (const auto& q : queues) {
     for (const auto& n : q.nodes) {
-      if (n.owner.empty() || owner_key(n.owner) != n.owner_key) continue;
+      if (!names_owner(n.owner, n.owner_key)) continue;
       auto [it, inserted] = owner_by_key.try_emplace(n.owner_key, n.owner);
       if (!inserted && n.owner < it->second) it->second = n.owner;
     }
@@ -131,4 +124,4 @@ WaitAnalysis analyze_snapshot(const QueueSnapshot& snapshot, const AnalyzeOption
   return out;
 }
 
-}  // namespace zklock::detector
+}  // namespace zklock::model
