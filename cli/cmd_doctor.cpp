@@ -22,7 +22,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
-#include "zklock/node_name.hpp"
+#include "model/election_order.hpp"
+#include "zklock/protocol/node_name.hpp"
+#include "zklock/protocol/paths.hpp"
 #include "zklock/token.hpp"
 
 namespace zklock::cli {
@@ -112,14 +114,6 @@ std::string srvr_field(const std::string& text, const std::string& key) {
   return v;
 }
 
-// Sequence suffix of an election node ("..._0000000003" or "n_0000000003").
-std::int64_t election_sequence(const std::string& name) {
-  std::size_t i = name.size();
-  while (i > 0 && std::isdigit(static_cast<unsigned char>(name[i - 1]))) --i;
-  if (i == name.size()) return INT64_MAX;
-  return std::stoll(name.substr(i, 18));
-}
-
 std::vector<Check> run_checks(const GlobalOptions& g, int& exit_status) {
   std::vector<Check> checks;
   const std::string root = resolve_path(g.root, "/");
@@ -169,9 +163,10 @@ std::vector<Check> run_checks(const GlobalOptions& g, int& exit_status) {
 
   // 4. Ensemble id (read only; the first lock creates it).
   try {
-    const auto id = client->get_data("/zklock/ensemble-id");
+    const std::string path(protocol::kEnsembleIdPath);
+    const auto id = client->get_data(path);
     if (id && is_uuid(*id)) checks.push_back({"ensemble id", "ok", *id});
-    else if (id) checks.push_back({"ensemble id", "fail", "/zklock/ensemble-id holds no UUID: '" + id->substr(0, 64) + "'"});
+    else if (id) checks.push_back({"ensemble id", "fail", path + " holds no UUID: '" + id->substr(0, 64) + "'"});
     else checks.push_back({"ensemble id", "warn", "absent (created by the first lock taken)"});
   } catch (const Error& e) {
     checks.push_back({"ensemble id", "fail", e.what()});
@@ -217,19 +212,23 @@ std::vector<Check> run_checks(const GlobalOptions& g, int& exit_status) {
     checks.push_back({"acl", "warn", "not checked: " + root + " absent"});
   }
 
-  // 7. Detector leader: the lowest election node under /zklock/detector.
+  // 7. Detector leader: the first election candidate in creation order (the
+  // detectors' own rule, model/election_order.hpp).
   try {
-    auto names = client->children("/zklock/detector");
-    if (names.empty()) {
+    const std::string dir(protocol::kElectionPath);
+    auto cands = model::election_candidates(client->children(dir));
+    for (auto i : model::election_czxids_needed(cands)) {
+      if (const auto st = client->stat(dir + "/" + cands[i].name)) cands[i].czxid = st->czxid;
+    }
+    model::sort_election(cands);
+    if (cands.empty()) {
       checks.push_back({"detector", "warn", "no zklock-detector running (no election nodes)"});
     } else {
-      std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
-        return std::make_pair(election_sequence(a), a) < std::make_pair(election_sequence(b), b);
-      });
-      const auto data = client->get_data("/zklock/detector/" + names.front());
-      checks.push_back({"detector", "ok", "leader " + (data && !data->empty() ? *data : names.front()) + " (" +
-                                              std::to_string(names.size()) + " replica" +
-                                              (names.size() == 1 ? ")" : "s)")});
+      const auto& leader = cands.front().name;
+      const auto data = client->get_data(dir + "/" + leader);
+      checks.push_back({"detector", "ok", "leader " + (data && !data->empty() ? *data : leader) + " (" +
+                                              std::to_string(cands.size()) + " replica" +
+                                              (cands.size() == 1 ? ")" : "s)")});
     }
   } catch (const Error& e) {
     if (e.code() == Errc::no_node) checks.push_back({"detector", "warn", "no zklock-detector has ever run"});

@@ -1,33 +1,17 @@
 #include "detector/leader.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <condition_variable>
 #include <future>
 #include <mutex>
 
 #include <spdlog/spdlog.h>
 
-#include "zklock/node_name.hpp"
+#include "model/election_order.hpp"
+#include "zklock/protocol/node_name.hpp"
+#include "zklock/protocol/paths.hpp"
 
 namespace zklock::detector {
-namespace {
-
-// The sequence suffix of a candidate name "c_<guid>_<seq>"; nullopt if foreign.
-std::optional<std::int32_t> candidate_sequence(const std::string& name) {
-  if (!name.starts_with("c_")) return std::nullopt;
-  const auto us = name.rfind('_');
-  if (us == std::string::npos || us + 1 >= name.size()) return std::nullopt;
-  std::int64_t v = 0;
-  const char* first = name.data() + us + 1;
-  const char* last = name.data() + name.size();
-  auto [end, ec] = std::from_chars(first, last, v);
-  if (ec != std::errc() || end != last || v < INT32_MIN || v > INT32_MAX) return std::nullopt;
-  return static_cast<std::int32_t>(v);
-}
-
-}  // namespace
-
 struct LeaderElection::Core : std::enable_shared_from_this<LeaderElection::Core> {
   Core(Client& c, LeaderOptions o) : client(c), opt(std::move(o)) {
     log = opt.log ? opt.log : spdlog::default_logger();
@@ -43,7 +27,11 @@ struct LeaderElection::Core : std::enable_shared_from_this<LeaderElection::Core>
   bool stopped = false;                // GUARDED_BY(mu)
   bool leader = false;                 // GUARDED_BY(mu)
   std::uint64_t generation = 0;        // GUARDED_BY(mu): one per entry into the election
-  std::string guid;                    // GUARDED_BY(mu)
+  // GUARDED_BY(mu). Fresh per session, kept across re-entries within one:
+  // a create lost to a connection drop may still commit, and only a GUID we
+  // keep lets a later listing find that node as ours (and delete extras)
+  // instead of leaving it, first in line, to block every replica.
+  std::string guid;
   std::optional<std::string> node;     // GUARDED_BY(mu)
 
   void set_leader(bool value) {
@@ -70,18 +58,20 @@ struct LeaderElection::Core : std::enable_shared_from_this<LeaderElection::Core>
     return !stopped && gen == generation;
   }
 
-  void enter() {
+  // Enters (again): creates a candidate. `new_session`: our old nodes died
+  // with the old session, so a fresh GUID.
+  void enter(bool new_session) {
     std::uint64_t gen;
     {
       std::lock_guard lock(mu);
       if (stopped) return;
       gen = ++generation;
-      guid = new_guid();
+      if (new_session || guid.empty()) guid = new_guid();
       node.reset();
     }
     set_leader(false);
     auto self = shared_from_this();
-    ensure("/zklock", gen, [self, gen] {
+    ensure(std::string(protocol::kMetadataRoot), gen, [self, gen] {
       self->ensure(self->opt.dir, gen, [self, gen] { self->create_candidate(gen); });
     });
   }
@@ -117,15 +107,13 @@ struct LeaderElection::Core : std::enable_shared_from_this<LeaderElection::Core>
     std::string prefix;
     {
       std::lock_guard lock(mu);
-      prefix = opt.dir + "/c_" + guid + "_";
+      prefix = protocol::election_candidate_prefix(opt.dir, guid);
     }
     auto self = shared_from_this();
     client.create(prefix, opt.id, CreateMode::ephemeral_sequential,
                   [self, gen](Status s, const std::string& created, const Stat&) {
                     if (!self->current(gen)) {
-                      // Superseded (re-entered or stopped): never leave a
-                      // candidate behind that could block the election.
-                      if (s.ok()) self->client.remove(created, -1, [](Status) {});
+                      if (s.ok()) self->superseded(created);
                       return;
                     }
                     if (s.ok()) {
@@ -144,53 +132,125 @@ struct LeaderElection::Core : std::enable_shared_from_this<LeaderElection::Core>
                   });
   }
 
+  // A candidate created for an entry that is no longer current. Never
+  // leave one behind that could block the election: after stop() or under
+  // an old GUID delete it; under our GUID the current entry's listing
+  // decides which of our candidates stays (the earliest).
+  void superseded(const std::string& created) {
+    std::uint64_t gen;
+    bool ours;
+    {
+      std::lock_guard lock(mu);
+      gen = generation;
+      ours = !stopped && created.find(guid) != std::string::npos;
+    }
+    if (ours) check(gen);
+    else client.remove(created, -1, [](Status) {});
+  }
+
+  // Lists the candidates, reads the czxids their order needs, and decides.
   void check(std::uint64_t gen) {
     auto self = shared_from_this();
     client.get_children(opt.dir, {}, [self, gen](Status s, std::vector<std::string> names) {
       if (!self->current(gen)) return;
+      if (s.is(Errc::no_node)) {  // the directory itself is gone: make it again
+        self->enter(false);
+        return;
+      }
       if (!s.ok()) {
         self->log->warn("leader election: listing {} failed: {}", self->opt.dir, errc_name(s.code()));
-        return;  // retried by poll()
+        return;  // retried by recheck()
       }
-      std::vector<std::pair<std::int32_t, std::string>> cands;
-      for (auto& n : names) {
-        if (auto seq = candidate_sequence(n)) cands.emplace_back(*seq, std::move(n));
-      }
-      std::sort(cands.begin(), cands.end(), [](const auto& a, const auto& b) {
-        if (const int c = compare_sequence(a.first, b.first); c != 0) return c < 0;
-        return a.second < b.second;
-      });
-      std::string mine;
-      {
-        std::lock_guard lock(self->mu);
-        for (const auto& c : cands) {
-          if (c.second.find(self->guid) != std::string::npos) mine = c.second;
-        }
-        if (!mine.empty()) self->node = self->opt.dir + "/" + mine;
-        else self->node.reset();
-      }
-      if (mine.empty()) {
-        self->log->warn("leader election: our candidate node is gone; entering again");
-        self->enter();
-        return;
-      }
-      const auto pos = std::find_if(cands.begin(), cands.end(), [&](const auto& c) { return c.second == mine; });
-      if (pos == cands.begin()) {
-        self->set_leader(true);
-        return;
-      }
-      self->set_leader(false);
-      const auto pred = self->opt.dir + "/" + std::prev(pos)->second;
-      std::weak_ptr<Core> weak = self;
-      self->client.exists(
-          pred,
-          [weak, gen](const WatchEvent&) {
-            if (auto core = weak.lock(); core && core->current(gen)) core->check(gen);
-          },
-          [self, gen](Status st, const Stat&) {
-            if (st.is(Errc::no_node) && self->current(gen)) self->check(gen);
-          });
+      self->read_czxids(gen, model::election_candidates(names));
     });
+  }
+
+  void read_czxids(std::uint64_t gen, std::vector<model::ElectionCandidate> cands) {
+    const auto needed = model::election_czxids_needed(cands);
+    if (needed.empty()) {
+      decide(gen, std::move(cands));
+      return;
+    }
+    struct Reads {
+      std::mutex mu;
+      std::vector<model::ElectionCandidate> cands;  // GUARDED_BY(mu)
+      std::size_t pending = 0;                      // GUARDED_BY(mu)
+      std::optional<Status> failure;                // GUARDED_BY(mu)
+    };
+    auto reads = std::make_shared<Reads>();
+    reads->cands = std::move(cands);
+    reads->pending = needed.size();
+    std::vector<std::string> paths;
+    for (auto i : needed) paths.push_back(opt.dir + "/" + reads->cands[i].name);
+    auto self = shared_from_this();
+    for (std::size_t k = 0; k < needed.size(); ++k) {
+      client.exists(paths[k], {}, [self, gen, reads, i = needed[k]](Status st, const Stat& stat) {
+        std::vector<model::ElectionCandidate> done;
+        std::optional<Status> failure;
+        {
+          std::lock_guard lock(reads->mu);
+          if (st.ok()) reads->cands[i].czxid = stat.czxid;
+          else if (!st.is(Errc::no_node) && !reads->failure) reads->failure = st;
+          // ZNONODE: gone; its czxid stays 0 and it is dropped below.
+          if (--reads->pending > 0) return;
+          failure = reads->failure;
+          done = std::move(reads->cands);
+        }
+        if (!self->current(gen)) return;
+        if (failure) {
+          // Only ZNONODE means gone: any other answer leaves the order
+          // unknown, so decide nothing until the next recheck().
+          self->log->warn("leader election: reading a candidate's czxid failed: {}", errc_name(failure->code()));
+          return;
+        }
+        std::erase_if(done, [](const model::ElectionCandidate& c) { return c.czxid == 0; });
+        self->decide(gen, std::move(done));
+      });
+    }
+  }
+
+  // The first candidate in creation order leads; the others watch their
+  // predecessor. Our candidate is the earliest carrying our GUID; any later
+  // one (a lost create that committed after all) is deleted.
+  void decide(std::uint64_t gen, std::vector<model::ElectionCandidate> cands) {
+    model::sort_election(cands);
+    std::optional<std::size_t> mine;
+    std::vector<std::string> extras;
+    {
+      std::lock_guard lock(mu);
+      for (std::size_t i = 0; i < cands.size(); ++i) {
+        if (cands[i].guid != guid) continue;
+        if (mine) extras.push_back(opt.dir + "/" + cands[i].name);
+        else mine = i;
+      }
+      if (mine) node = opt.dir + "/" + cands[*mine].name;
+      else node.reset();
+    }
+    for (const auto& extra : extras) {
+      log->info("leader election: deleting {}, an extra candidate of ours", extra);
+      client.remove(extra, -1, [](Status) {});
+    }
+    if (!mine) {
+      log->warn("leader election: our candidate node is gone; entering again");
+      enter(false);
+      return;
+    }
+    if (*mine == 0) {
+      set_leader(true);
+      return;
+    }
+    set_leader(false);
+    const auto pred = opt.dir + "/" + cands[*mine - 1].name;
+    std::weak_ptr<Core> weak = shared_from_this();
+    auto self = shared_from_this();
+    client.exists(
+        pred,
+        [weak, gen](const WatchEvent&) {
+          if (auto core = weak.lock(); core && core->current(gen)) core->check(gen);
+        },
+        [self, gen](Status st, const Stat&) {
+          if (st.is(Errc::no_node) && self->current(gen)) self->check(gen);
+        });
   }
 };
 
@@ -208,9 +268,9 @@ void LeaderElection::start() {
     if (s == ConnectionState::lost) core->set_leader(false);
     // A new session: our node died with the old one. (The session start()
     // entered with may report `connected` late: ignore that one.)
-    if (s == ConnectionState::connected && core->client.session_epoch() != epoch) core->enter();
+    if (s == ConnectionState::connected && core->client.session_epoch() != epoch) core->enter(true);
   });
-  core_->enter();
+  core_->enter(true);
 }
 
 void LeaderElection::stop(std::chrono::milliseconds timeout) {
@@ -236,15 +296,14 @@ void LeaderElection::stop(std::chrono::milliseconds timeout) {
 
 void LeaderElection::recheck() {
   std::uint64_t gen;
-  bool have_node;
   {
     std::lock_guard lock(core_->mu);
     if (core_->stopped) return;
     gen = core_->generation;
-    have_node = core_->node.has_value();
   }
-  if (have_node) core_->check(gen);
-  else core_->enter();
+  // Listing first, also when we know no node of ours: a create whose answer
+  // was lost may have committed, and the listing finds it by our GUID.
+  core_->check(gen);
 }
 
 bool LeaderElection::is_leader() const {

@@ -1,8 +1,10 @@
 // LeaderElection: one detector acts at a time.
 //
 // Each replica creates an EPHEMERAL_SEQUENTIAL candidate node
-// "<dir>/c_<guid>_<seq>" (data: the detector id). The lowest sequence leads;
-// every other candidate watches only its immediate predecessor (no herd).
+// "<dir>/c_<guid>_<seq>" (data: the detector id). The first candidate in
+// creation order leads (model/election_order.hpp: the suffix where it is
+// unambiguous, the czxid otherwise); every other candidate watches only its
+// immediate predecessor (no herd).
 // When the leader's process dies its session expires, its node vanishes, and
 // the next candidate leads — within one session timeout.
 //
@@ -10,8 +12,12 @@
 // that the leader node still exists (leader_node()), so a deposed leader
 // that has not noticed yet cannot revoke anything.
 //
-// On a new session (after expiry) the replica re-enters the election with a
-// fresh node. stop() deletes the node so a standby takes over at once.
+// The GUID is fresh per session and kept across re-entries within one: a
+// create whose answer was lost may still commit, and every listing takes the
+// earliest candidate carrying our GUID as ours and deletes the others, so no
+// orphaned candidate of ours blocks the election. On a new session (after
+// expiry) the replica re-enters with a fresh GUID and node. stop() deletes
+// the node so a standby takes over at once.
 //
 // Thread-safety: all methods may be called from any thread except a Client
 // callback; `on_change` runs on the completion thread and must be cheap.
@@ -26,10 +32,11 @@
 #include <spdlog/logger.h>
 
 #include "zklock/client.hpp"
+#include "zklock/protocol/paths.hpp"
 
 namespace zklock::detector {
 
-inline constexpr std::string_view kElectionPath = "/zklock/detector";
+inline constexpr std::string_view kElectionPath = protocol::kElectionPath;
 
 struct LeaderOptions {
   std::string dir = std::string(kElectionPath);
@@ -51,7 +58,8 @@ class LeaderElection {
   void stop(std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
   // Lists the candidates again (after a failed step, or when a revocation
-  // found our node gone); re-enters the election if our node is missing.
+  // found our node gone); re-enters the election (same GUID) if no node of
+  // ours is listed.
   void recheck();
 
   bool is_leader() const;

@@ -9,6 +9,9 @@
 // Lock paths are never inside /zklock (validate_lock_path()).
 #pragma once
 
+#include <charconv>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -23,6 +26,25 @@ inline constexpr std::string_view kElectionPath = "/zklock/detector";
 // sequential suffix follows): "<dir>/c_<guid>_".
 inline std::string election_candidate_prefix(std::string_view election_dir, std::string_view guid) {
   return std::string(election_dir) + "/c_" + std::string(guid) + "_";
+}
+
+struct ElectionCandidateName {
+  std::string_view guid;
+  std::int32_t sequence = 0;
+};
+
+// Parses a candidate's child name "c_<guid>_<seq>" (seq: ZooKeeper's signed
+// 32-bit sequential suffix); nullopt for anything else.
+inline std::optional<ElectionCandidateName> parse_election_candidate(std::string_view name) noexcept {
+  if (!name.starts_with("c_")) return std::nullopt;
+  const auto us = name.rfind('_');
+  if (us <= 2 || us + 1 >= name.size()) return std::nullopt;  // non-empty guid and suffix
+  std::int64_t v = 0;
+  const char* first = name.data() + us + 1;
+  const char* last = name.data() + name.size();
+  auto [end, ec] = std::from_chars(first, last, v);
+  if (ec != std::errc() || end != last || v < INT32_MIN || v > INT32_MAX) return std::nullopt;
+  return ElectionCandidateName{name.substr(2, us - 2), static_cast<std::int32_t>(v)};
 }
 
 // True for /zklock and every path below it.
