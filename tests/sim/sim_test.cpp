@@ -7,6 +7,7 @@
 //                          (it waits for the revocation record) when the user released
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -52,6 +53,7 @@ TEST(Sim, ManySeeds) {
   }
   const std::uint64_t want = env_u64("ZKLOCK_SIM_STEPS", 1000000);
   std::uint64_t steps = 0, seeds = 0, grants = 0, faults = 0;
+  SimCounters sum;
   const auto t0 = std::chrono::steady_clock::now();
   for (std::uint64_t seed = env_u64("ZKLOCK_SIM_FIRST", 1); steps < want; ++seed, ++seeds) {
     const auto cfg = config_for(seed);
@@ -60,12 +62,28 @@ TEST(Sim, ManySeeds) {
     steps += r.counters.steps;
     grants += r.counters.grants;
     faults += r.counters.disconnects + r.counters.expiries + r.counters.revocations;
+    sum.disconnects += r.counters.disconnects;
+    sum.expiries += r.counters.expiries;
+    sum.revocations += r.counters.revocations;
+    sum.reaps += r.counters.reaps;
+    sum.lost += r.counters.lost;
+    sum.deferred_losses += r.counters.deferred_losses;
+    sum.machines += r.counters.machines;
+    sum.max_pipeline = std::max(sum.max_pipeline, r.counters.max_pipeline);
+    sum.tail_steps = std::max(sum.tail_steps, r.counters.tail_steps);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("[sim] %llu seeds, %llu steps, %llu grants, %llu faults in %.1f s: %.0f steps/s\n",
               static_cast<unsigned long long>(seeds), static_cast<unsigned long long>(steps),
               static_cast<unsigned long long>(grants), static_cast<unsigned long long>(faults), secs,
               static_cast<double>(steps) / secs);
+  std::printf("[sim] machines %llu, disconnects %llu, expiries %llu, revocations %llu, reaps %llu, lost %llu, "
+              "losses seen but unreported at release %llu, deepest pipeline %llu, longest settling tail %llu steps\n",
+              static_cast<unsigned long long>(sum.machines), static_cast<unsigned long long>(sum.disconnects),
+              static_cast<unsigned long long>(sum.expiries), static_cast<unsigned long long>(sum.revocations),
+              static_cast<unsigned long long>(sum.reaps), static_cast<unsigned long long>(sum.lost),
+              static_cast<unsigned long long>(sum.deferred_losses), static_cast<unsigned long long>(sum.max_pipeline),
+              static_cast<unsigned long long>(sum.tail_steps));
 }
 
 SimCounters run_regime(Regime regime, int seeds) {

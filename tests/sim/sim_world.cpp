@@ -294,6 +294,7 @@ SimResult World::run() {
     if (violation_.empty()) check_step();
     if (!violation_.empty()) break;
     if (tail_ && (now_ % 32) == 0 && quiescent()) {
+      counters_.tail_steps = now_ - cfg_.steps;
       check_end();
       break;
     }
@@ -305,6 +306,20 @@ SimResult World::run() {
         const auto& a = actors_[static_cast<std::size_t>(machines_[id].actor)];
         who += " m" + std::to_string(id) + "(phase " + std::to_string(static_cast<int>(m.phase())) + ", " +
                m.node_name() + ", actor state " + std::to_string(static_cast<int>(a.state)) + ")";
+      }
+      for (const auto& lock : locks_) {  // the queues, in czxid order
+        const Node* n = zk_.find(lock);
+        if (!n || n->children.empty()) continue;
+        std::map<std::int64_t, std::string> q;
+        for (const auto& c : n->children) {
+          auto p = parse_lock_node_name(c);
+          auto g = p ? by_guid_.find(p->guid) : by_guid_.end();
+          q[zk_.find(lock + "/" + c)->czxid] =
+              c.substr(0, 2) + (p ? p->guid.substr(0, 6) : c) + "_" + (p ? std::to_string(p->sequence) : "") +
+              (g != by_guid_.end() ? "=m" + std::to_string(g->second) : "");
+        }
+        who += "\n  " + lock + ":";
+        for (const auto& [czxid, text] : q) who += " " + std::to_string(czxid) + ":" + text;
       }
       violate("liveness (4): not settled " + std::to_string(cfg_.tail_bound) + " steps after the faults stopped:" + who);
       break;

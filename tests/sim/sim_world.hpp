@@ -45,7 +45,8 @@ struct SimCounters {
   std::uint64_t tied_listings = 0;   // a listing with two nodes of one suffix
   std::uint64_t czxid_listings = 0;  // a listing that suffixes cannot order (czxid needed)
   std::uint64_t disconnects = 0, expiries = 0, revocations = 0, reaps = 0, lost = 0;
-  std::uint64_t deferred_losses = 0;  // seen, unreported at the user's release (see strict_loss)
+  std::uint64_t deferred_losses = 0;
+  std::uint64_t tail_steps = 0;  // steps from the end of the faults until everything settled  // seen, unreported at the user's release (see strict_loss)
 };
 
 struct SimResult {
