@@ -124,18 +124,7 @@ Client::Client(ClientOptions options) {
   impl_->start();
 }
 
-Client::~Client() {
-  if (impl_) impl_->shutdown();
-}
-
-Client::Client(Client&&) noexcept = default;
-Client& Client::operator=(Client&& other) noexcept {
-  if (this != &other) {
-    if (impl_) impl_->shutdown();
-    impl_ = std::move(other.impl_);
-  }
-  return *this;
-}
+Client::~Client() { impl_->shutdown(); }
 
 const ClientOptions& Client::options() const noexcept { return impl_->opts; }
 

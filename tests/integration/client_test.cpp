@@ -10,6 +10,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "fault_proxy.hpp"
@@ -117,6 +118,10 @@ TEST(Client, ForeignExceptionInADeferredCallbackDoesNotStopTheTimerThread) {
   ASSERT_EQ(f.wait_for(10s), std::future_status::ready) << "the timer thread is gone";
   EXPECT_EQ(f.get(), c.ensemble_id());
 }
+
+// Mutexes keep a Client*: a Client must stay where it was constructed.
+static_assert(!std::is_move_constructible_v<Client> && !std::is_move_assignable_v<Client>);
+static_assert(!std::is_copy_constructible_v<Client> && !std::is_copy_assignable_v<Client>);
 
 TEST(Client, SyncConveniencesAndErrors) {
   Client c({.connect = test::shared_server().connect_string()});

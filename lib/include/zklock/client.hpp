@@ -154,8 +154,11 @@ class Client {
   // server answers within options.connect_timeout, auth_failed.
   explicit Client(ClientOptions options);
   ~Client();
-  Client(Client&&) noexcept;
-  Client& operator=(Client&&) noexcept;
+  // Neither copyable nor movable: the mutexes and lock attempts keep a
+  // Client*, which a move would leave pointing at an empty shell. Hold it in
+  // a std::unique_ptr or std::optional to choose its lifetime.
+  Client(Client&&) = delete;
+  Client& operator=(Client&&) = delete;
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
