@@ -404,6 +404,31 @@ TEST(FenceGate, RefusesCorruptedState) {
   expect_refused([](std::string& s) { s.replace(s.find("crc32="), 8, "crc32=ff"); }, "checksum changed");
 }
 
+// A known answer for the state file's checksum. It is CRC-32/ISO-HDLC, the
+// CRC-32 of zlib and PNG (check value 0xCBF43926 for "123456789"); the value
+// below was computed outside zklock, with Python's zlib.crc32 over the body,
+// so a changed polynomial, bit order, initial value or final xor fails here,
+// where a round trip through the gate's own crc32 would not notice.
+TEST(FenceGate, StateFileChecksumIsStandardCrc32) {
+  TempDir dir;
+  FenceGateOptions opts;
+  opts.state_file = dir.path() / "marks";
+  const std::string body = kId + ":4294967302 invoice-42\n" + kOther + ":17 orders%20q\n";
+  ASSERT_EQ(body.size(), 110u);
+  const std::string expected = "zklock-fence-state 1 entries=2 bytes=110 crc32=bf23240c\n" + body;
+  {
+    FenceGate gate(opts);
+    ASSERT_TRUE(gate.admit("invoice-42", tok(4294967302)));
+    ASSERT_TRUE(gate.admit("orders q", tok(17, kOther)));
+  }
+  EXPECT_EQ(read_all(opts.state_file), expected);
+  // A file written elsewhere with the standard checksum is read back.
+  write_all(opts.state_file, expected);
+  FenceGate gate(opts);
+  EXPECT_EQ(gate.highest("invoice-42"), tok(4294967302));
+  EXPECT_EQ(gate.highest("orders q"), tok(17, kOther));
+}
+
 TEST(FenceGate, RefusesEverySingleBitFlip) {
   FenceGateOptions opts;
   const auto dir = fs::temp_directory_path() / ("zklock-fence-flip-" + std::to_string(::getpid()));
