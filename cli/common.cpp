@@ -49,8 +49,6 @@ int exit_code_for(Errc code) noexcept {
       return exit_code::unavailable;
     case Errc::deadlock_victim:
       return exit_code::deadlock_victim;
-    case Errc::lease_lost:
-      return exit_code::lock_lost;
     case Errc::timeout:
       return exit_code::timeout;
     default:

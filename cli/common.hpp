@@ -56,8 +56,9 @@ class CliError : public std::runtime_error {
 };
 
 // The exit code for a zklock error: invalid_argument -> usage, no_node ->
-// no_such, connection problems -> unavailable, deadlock_victim, lease_lost,
-// timeout; everything else -> failure.
+// no_such, connection problems -> unavailable, deadlock_victim, timeout;
+// everything else -> failure. (A lease lost while CMD runs is reported by
+// zklock exec itself, as exit_code::lock_lost: a loss is a Lease event, not an Error.)
 int exit_code_for(Errc code) noexcept;
 
 struct GlobalOptions {

@@ -83,7 +83,6 @@ std::string_view errc_name(Errc code) noexcept {
     case Errc::cancelled: return "cancelled";
     case Errc::would_deadlock: return "would_deadlock";
     case Errc::deadlock_victim: return "deadlock_victim";
-    case Errc::lease_lost: return "lease_lost";
     case Errc::protocol_error: return "protocol_error";
     case Errc::io_error: return "io_error";
   }

@@ -113,7 +113,6 @@ TEST(CliExitCodes, ErrorsMapToTheDocumentedCodes) {
   EXPECT_EQ(exit_code_for(Errc::connection_loss), 69);
   EXPECT_EQ(exit_code_for(Errc::session_expired), 69);
   EXPECT_EQ(exit_code_for(Errc::deadlock_victim), 73);
-  EXPECT_EQ(exit_code_for(Errc::lease_lost), 74);
   EXPECT_EQ(exit_code_for(Errc::timeout), 75);
   EXPECT_EQ(exit_code_for(Errc::no_auth), 1);
 }

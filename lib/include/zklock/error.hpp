@@ -56,7 +56,6 @@ enum class Errc {
   cancelled,          // a stop_token fired
   would_deadlock,     // this owner already holds or waits for this lock here
   deadlock_victim,    // our waiting node was revoked (deadlock detector or operator)
-  lease_lost,         // the lease was lost (expiry, validity, revocation)
   protocol_error,     // data on ZooKeeper that violates docs/protocol.md
   io_error,           // local file or OS failure
 };
