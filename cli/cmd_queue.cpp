@@ -18,13 +18,7 @@ struct QueueOptions {
 void run_queue(const GlobalOptions& g, const QueueOptions& o) {
   const std::string path = resolve_lock_path(o.lock, g.root);
   auto client = connect(g);
-  LockView lock;
-  try {
-    lock = read_lock(*client, path);
-  } catch (const Error& e) {
-    if (e.code() == Errc::no_node) throw CliError(exit_code::no_such, "no such lock: " + path);
-    throw;
-  }
+  const LockView lock = read_lock_or_exit(*client, path, "no such lock: " + path);
   const auto ensemble = read_ensemble_id(*client);
   const auto now = now_ms();
   const auto analysis = analyze({lock}, std::chrono::milliseconds::zero(), now);

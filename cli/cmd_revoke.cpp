@@ -41,13 +41,7 @@ void run_revoke(const GlobalOptions& g, const RevokeOptions& o) {
 
   // The owner exactly as `zklock queue` shows it: the queue model's owner
   // resolution over the node's lock (model::analyze_queues()).
-  LockView view;
-  try {
-    view = read_lock(*client, lock);
-  } catch (const Error& e) {
-    if (e.code() == Errc::no_node) throw CliError(exit_code::no_such, "no such node: " + path);
-    throw;
-  }
+  const LockView view = read_lock_or_exit(*client, lock, "no such node: " + path);
   const auto node = std::find_if(view.nodes.begin(), view.nodes.end(), [&](const NodeView& n) { return n.path == path; });
   if (node == view.nodes.end()) throw CliError(exit_code::no_such, "no such node: " + path);
   const auto analysis = analyze({view}, std::chrono::milliseconds::zero(), now_ms());

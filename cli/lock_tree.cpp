@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 
+#include "cli/common.hpp"
 #include "model/queue_order.hpp"
 #include "zklock/error.hpp"
 #include "zklock/protocol/paths.hpp"
@@ -119,6 +120,15 @@ void walk(Client& client, const std::string& path, bool is_root, bool parent_is_
 LockView read_lock(Client& client, const std::string& lock_path) {
   auto children = client.children(lock_path);  // throws no_node
   return build_lock(client, lock_path, children);
+}
+
+LockView read_lock_or_exit(Client& client, const std::string& lock_path, const std::string& missing) {
+  try {
+    return read_lock(client, lock_path);
+  } catch (const Error& e) {
+    if (e.code() == Errc::no_node) throw CliError(exit_code::no_such, missing);
+    throw;
+  }
 }
 
 std::vector<LockView> read_tree(Client& client, const std::string& root) {

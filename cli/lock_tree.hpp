@@ -40,6 +40,8 @@ struct LockView {
 
 // One lock. Throws Error(no_node) when the lock path does not exist.
 LockView read_lock(Client& client, const std::string& lock_path);
+// read_lock(), a missing lock reported as CliError(exit_code::no_such, missing).
+LockView read_lock_or_exit(Client& client, const std::string& lock_path, const std::string& missing);
 
 // Every lock path at any depth below `root` (a node with zklock children, or
 // an empty leaf: an idle lock parent), in path order. A missing root is an
