@@ -53,6 +53,11 @@ struct RunResult {
 
 using Env = std::vector<std::pair<std::string, std::string>>;
 
+// Wall-clock milliseconds since the epoch, like ZooKeeper's ctime.
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 std::vector<std::string> merged_environment(const Env& extra) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -327,18 +332,31 @@ TEST_F(CliTest, LsOfAMissingRootIsEmpty) {
 
 TEST_F(CliTest, LsAndQueueShowHoldersWaitersAndForeignChildren) {
   const auto gate = dir_ / "gate";
+  // Node i was created after spawned[i] and before seen[i], in wall-clock
+  // milliseconds: the clock of ZooKeeper's ctime and of the CLI's "now" (one
+  // machine). They bound the ages the CLI reports.
+  std::int64_t spawned[3], seen[3];
+  spawned[0] = wall_ms();
   auto& holder = exec_background("jobs/a", "echo held; " + wait_gate(gate), {"--owner", "alice"});
   ASSERT_TRUE(holder.read_until("held", 20s)) << "holder never ran";
+  seen[0] = spawned[1] = wall_ms();
   exec_background("jobs/a", "true", {"--owner", "bob"}, {}, false);
   ASSERT_TRUE(wait_queue_size("jobs/a", 2));
+  seen[1] = spawned[2] = wall_ms();
   exec_background("jobs/a", "true", {}, {{"ZKLOCK_OWNER", "carol"}}, false);
   ASSERT_TRUE(wait_queue_size("jobs/a", 3));
+  seen[2] = wall_ms();
+  // Let every node age 300 ms: an age clamped to 0, or counted in the wrong
+  // unit, cannot pass the bounds below.
+  std::this_thread::sleep_for(300ms);
   // A foreign child, which the recipe ignores and the CLI lists as such.
   auto handle = zklock::test::ZkHandle::connect(zk_);
   ASSERT_EQ(handle.create(root_ + "/jobs/a/not-a-lock-node", "", 0), ZOK);
 
   // queue --json
+  const auto queried_from = wall_ms();
   auto q = queue_json("jobs/a");
+  const auto queried_to = wall_ms();
   ASSERT_FALSE(q.is_null());
   EXPECT_EQ(q["lock"], root_ + "/jobs/a");
   EXPECT_EQ(q["holders"], 1);
@@ -359,7 +377,10 @@ TEST_F(CliTest, LsAndQueueShowHoldersWaitersAndForeignChildren) {
     EXPECT_GT(n["czxid"].get<std::int64_t>(), last_czxid);
     last_czxid = n["czxid"];
     EXPECT_TRUE(n["session"].get<std::string>().starts_with("0x"));
-    EXPECT_GE(n["age_ms"].get<std::int64_t>(), 0);
+    // ctime and the CLI's clock are whole milliseconds: 1 ms of slack each way.
+    const auto age = n["age_ms"].get<std::int64_t>();
+    EXPECT_GE(age, queried_from - seen[i] - 1) << owners[i];
+    EXPECT_LE(age, queried_to - spawned[i] + 1) << owners[i];
     EXPECT_EQ(n["description"], "zklock exec sh");
   }
   ASSERT_EQ(q["foreign"].size(), 1u);
@@ -380,7 +401,9 @@ TEST_F(CliTest, LsAndQueueShowHoldersWaitersAndForeignChildren) {
   EXPECT_NE(r.out.find(q["nodes"][0]["token"].get<std::string>()), std::string::npos);
 
   // ls, JSON and text
+  const auto listed_from = wall_ms();
   r = zklock({"ls", "--json"});
+  const auto listed_to = wall_ms();
   ASSERT_EQ(r.code, 0) << r.describe();
   auto j = json::parse(r.out);
   ASSERT_EQ(j["locks"].size(), 1u) << r.out;
@@ -389,7 +412,9 @@ TEST_F(CliTest, LsAndQueueShowHoldersWaitersAndForeignChildren) {
   EXPECT_EQ(j["locks"][0]["holder_owners"], json::array({"alice"}));
   EXPECT_EQ(j["locks"][0]["waiters"], 2);
   EXPECT_EQ(j["locks"][0]["foreign"], 1);
-  EXPECT_GE(j["locks"][0]["oldest_wait_ms"].get<std::int64_t>(), 0);
+  const auto oldest_wait = j["locks"][0]["oldest_wait_ms"].get<std::int64_t>();  // bob's
+  EXPECT_GE(oldest_wait, listed_from - seen[1] - 1);
+  EXPECT_LE(oldest_wait, listed_to - spawned[1] + 1);
   r = zklock({"ls"});
   ASSERT_EQ(r.code, 0) << r.describe();
   lines = lines_of(r.out);
