@@ -1,31 +1,36 @@
-// Internal: one acquisition of one lock node, from create to release. The
-// single recipe core shared by FairMutex, FairSharedMutex and MultiLock.
+// Internal: one acquisition of one lock node — the shell around the recipe's
+// pure state machine (lock_machine.hpp), shared by FairMutex,
+// FairSharedMutex and MultiLock. The shell decides nothing: it turns C-client
+// answers, watch notifications, session events, timeouts and the user's
+// release into MachineEvents, and executes the MachineCommands that come
+// back (requests to send, outcomes to report).
 //
-// The state machine runs on the ZooKeeper completion thread and the client's
-// timer thread, under `mu_`. It never blocks: every step issues async
-// requests and returns. See docs/design.md for the argument behind each step.
+// Threads: events arrive on the ZooKeeper completion thread, the client's
+// timer thread and user threads; each is fed to the machine under `mu_`, and
+// its commands are executed under `mu_` too. Requests never complete inline
+// (a request that cannot be sent is failed from the timer thread), so
+// issuing them under `mu_` is safe. Outcomes reach user code only through
+// the client's callback thread (start_async, on_lost) or a promise.
 //
 // Invariants:
 //  (1) `done_` runs exactly once: with a Lease when granted, or an error.
-//  (2) The hand-off marker (the lock parent's data) is only ever written by
-//      a release of a node that was granted, in the same multi that deletes
-//      it; abandoned waits delete without it. A marker naming node P thus
-//      proves P was a holder.
-//  (3) Once `phase_` is terminal (failed/released), no request is issued
-//      except deleting our own node, and, when a create's answer was lost
-//      (`create_uncertain_`), one listing to find that node by its GUID.
+//  (2) Requests go out only on the session the attempt started on (`epoch_`);
+//      on any other the machine is told the session is over.
+//  (3) While the machine is not finished() after its outcome (a node of ours
+//      may remain), the client's timer thread keeps the attempt alive.
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "client_impl.hpp"
+#include "lock_machine.hpp"
 #include "zklock/lease.hpp"
 
 namespace zklock::detail {
@@ -39,22 +44,6 @@ struct AttemptRequest {
   std::stop_token stop;
 };
 
-// One child of the lock path, as the recipe sees it.
-struct QueueEntry {
-  LockNodeName name;
-  std::int64_t czxid = 0;  // known only for our node and for tie-broken nodes
-};
-
-// A parsed listing of one lock path in sequence order (ties unresolved),
-// shared by every attempt one batched get_children served.
-struct Listing {
-  Status status;
-  std::vector<QueueEntry> queue;
-  std::unordered_map<std::string, std::size_t> by_guid;
-  bool has_ties = false;
-};
-struct ListingBatch;
-
 class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
  public:
   using Done = std::function<void(AcquireResult)>;
@@ -65,6 +54,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   // Blocks the calling thread until `start`'s outcome.
   static AcquireResult run_blocking(Client& client, AttemptRequest request);
 
+  LockAttempt(Client& client, AttemptRequest request, Done done);
   ~LockAttempt();
 
   // --- the Lease's view ---
@@ -82,41 +72,22 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   const std::string& owner() const { return owner_; }
   Mode mode() const { return req_.mode; }
 
-  LockAttempt(Client& client, AttemptRequest request, Done done);
+  // Feeds one event to the machine and executes its commands (takes mu_).
+  void feed(const MachineEvent& ev);
 
  private:
-  enum class Phase { starting, creating, waiting, held, failed, released };
-
   void begin();
-  void ensure_parent_then_create();
-  void create_and_list();
-  void list_soon(bool with_create);
-  static void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std::string path,
-                            std::vector<std::pair<std::weak_ptr<LockAttempt>, std::uint64_t>> waiting);
-  void on_created(Status st, const std::string& path, const Stat& stat, std::uint64_t gen);
-  void on_listing(std::shared_ptr<const Listing> listing, std::uint64_t gen);
-  void order_then_evaluate(std::shared_ptr<const Listing> listing);
-  void evaluate(std::shared_ptr<const Listing> listing);
-  void watch_blocker(const QueueEntry& blocker);
-  void watch_own_node();
-  void own_node_gone_locked();
-  void on_blocker_gone(const QueueEntry& blocker);
-  bool only_blocker_listed(const QueueEntry& blocker) const;
-  void check_earlier_candidates();
-  void relist();
-  void resync();
-  void on_own_node_deleted();
-  void on_session(SessionEvent ev, std::uint64_t epoch);
-
-  void grant();
-  void fail(Error error);
-  void abandon(Errc why, std::string message);
-  void lose(LossReason reason, std::string detail);
-  void delete_own_node(bool with_marker, std::function<void()> then);
-  void sweep_uncertain_create();     // failed with a create of unknown outcome: delete it by GUID
-  void keep_alive_while_cleaning();  // a failed attempt outlives its cleanup
-  void finish_locked();  // unregisters observers, timers, deadlock registry
+  template <class Fn>
+  void locked(Fn fn);                               // fn under mu_; then outbox_, unlocked
+  void deliver_locked(Error error);                 // REQUIRES mu_: the outcome is an error
+  void execute_locked(LockMachine::Commands cmds);  // REQUIRES mu_
+  void send_locked(const MachineCommand& c);        // REQUIRES mu_
+  void list_locked(std::uint64_t tag);              // REQUIRES mu_: a (batched) listing
+  void report_locked(const MachineCommand& c);      // REQUIRES mu_: an outcome
   bool start_release(std::function<void()> then);
+  void keep_alive_while_cleaning();  // REQUIRES mu_
+  void finish_locked();              // REQUIRES mu_: unregisters timer and registry entry
+  std::string child_path(const std::string& name) const { return req_.lock_path + "/" + name; }
 
   // --- immutable after construction ---
   Client::Impl* impl_;
@@ -128,35 +99,23 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   std::string data_;
 
   mutable std::mutex mu_;
-  Phase phase_ = Phase::starting;            // GUARDED_BY(mu_)
-  Done done_;                                // GUARDED_BY(mu_)
-  std::uint64_t generation_ = 0;             // bumps on every (re)create; stale replies are dropped
-  std::uint64_t epoch_ = 0;                  // session epoch of our node
-  bool create_uncertain_ = false;            // a create may have run but its answer was lost
-  bool node_exists_ = false;                 // our node was created and not yet deleted by us
-  bool deleting_ = false;
-  bool retry_marker_ = false;                // a delete lost to a disconnect: retried as asked,
-  std::function<void()> retry_then_;         // and whoever waits for it (release()) is told
-  bool sweeping_ = false;                    // sweep_uncertain_create's listing is out
-  bool keeping_alive_ = false;               // a keep_alive_while_cleaning timer is armed
-  bool revoked_ = false;
-  int parent_retries_ = 0;
-  std::string node_name_;
-  std::string node_path_;
-  FencingToken token_;
+  std::optional<LockMachine> machine_;  // GUARDED_BY(mu_); set by begin()
+  std::uint64_t epoch_ = 0;             // the session of our node (invariant 2)
+  Done done_;                           // GUARDED_BY(mu_)
   std::string ensemble_id_;
-  std::shared_ptr<const Listing> listing_;    // the last listing we evaluated
-  std::size_t self_index_ = 0;                // our place in it: earlier entries are the candidates
-  std::string blocker_;                       // name of the node we watch
-  std::optional<LossReason> loss_;
+  std::string node_path_;               // set when granted
+  FencingToken token_;                  // set when granted
+  std::optional<LossReason> loss_;      // GUARDED_BY(mu_)
   std::string loss_detail_;
-  bool suspended_ = false;
   std::vector<std::function<void(LossReason, const std::string&)>> lost_cbs_;
+  std::vector<std::function<void()>> release_waiters_;
+  std::vector<std::function<void()>> outbox_;  // GUARDED_BY(mu_): run by locked() after unlocking
   std::stop_source lost_source_;
   Client::Impl::ObserverId observer_ = 0;
   Client::Impl::TimerId timer_ = 0;
   std::unique_ptr<std::stop_callback<std::function<void()>>> stop_cb_;
   bool registered_ = false;
+  bool keeping_alive_ = false;
   // Keeps a pending attempt alive: while waiting, only weak references sit
   // in ZooKeeper's watch table. Cleared when the outcome is delivered.
   std::shared_ptr<LockAttempt> pending_self_;

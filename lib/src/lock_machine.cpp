@@ -145,6 +145,9 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
       break;
     case Kind::release:
       if (phase_ != Phase::held) break;
+      // Our node went away while held and the record is not read yet: the
+      // holder still learns that its lease was lost before the release.
+      if (revoked_) lose(LossReason::revoked, "node deleted by another client (released before its record was read)", out);
       phase_ = Phase::releasing;
       if (ever_uncertain_) sweep(out);  // a lost create may have left a second node of ours
       // Invariant (3): the marker only for a granted node we still own.
@@ -204,17 +207,16 @@ void LockMachine::on_listed(const MachineEvent& ev, Commands& out) {
     fail(ev.errc, "listing " + cfg_.lock_path + ": " + ev.detail, out);
     return;
   }
-  // Parse; keep czxids already known (they never change).
+  // Parse. Only our own node's czxid is carried over: at a saturated
+  // counter a name can come back for a new node (same GUID, same suffix),
+  // so a czxid remembered by name from an earlier listing may be stale.
   std::vector<Entry> queue;
   if (ev.rc == Rc::ok) {
     for (const auto& child : ev.children) {
       auto parsed = parse_lock_node_name(child);
       if (!parsed) continue;  // foreign child: not part of the queue (docs/protocol.md)
       Entry e{std::move(*parsed), 0};
-      if (e.node.name == name_) e.czxid = czxid_;
-      for (const auto& old : queue_) {
-        if (old.node.name == e.node.name) e.czxid = old.czxid;
-      }
+      if (node_ == NodeState::exists && e.node.name == name_) e.czxid = czxid_;
       queue.push_back(std::move(e));
     }
   }
@@ -470,7 +472,7 @@ void LockMachine::on_session(const MachineEvent& ev, Commands& out) {
       connected_ = true;
       suspended_ = false;
       if (own_watch_pending_ && node_ == NodeState::exists) watch_own(out);
-      if (record_pending_) {
+      if (record_pending_ && (acquiring() || phase_ == Phase::held)) {
         record_pending_ = false;
         record_tag_ = next_tag();
         out.push_back(request(Cmd::read_record, record_tag_, name_));
@@ -491,6 +493,7 @@ void LockMachine::on_session(const MachineEvent& ev, Commands& out) {
       connected_ = false;
       // Ephemeral: every node of ours went with the session.
       node_ = NodeState::gone;
+      ever_uncertain_ = false;  // a lost create of this session cannot apply now: nothing to sweep
       remove_pending_ = sweep_pending_ = record_pending_ = false;
       extras_.clear();
       list_tag_ = remove_tag_ = 0;
@@ -597,10 +600,14 @@ void LockMachine::resend_extra(const std::string& name, Commands& out) {
 }
 
 // After an attempt ends with a create whose answer was lost: list, and delete
-// every node carrying our GUID that we do not already delete.
+// every node carrying our GUID that we do not already delete. A write goes
+// first — the delete of a name no one creates — so that a lost create still
+// in the server's pipeline is applied before the listing runs: a read may be
+// answered ahead of a write forwarded earlier, a later write may not.
 void LockMachine::sweep(Commands& out) {
   sweep_pending_ = true;
   if (!connected_ || list_tag_ != 0) return;
+  out.push_back(request(Cmd::remove_extra, next_tag(), "zklock-sweep-barrier-" + cfg_.guid));  // answer ignored
   list_tag_ = next_tag();
   out.push_back(request(Cmd::list, list_tag_));
 }
