@@ -561,6 +561,11 @@ void LockMachine::remove_own(bool with_marker, Commands& out) {
 }
 
 void LockMachine::on_removed(const MachineEvent& ev, Commands& out) {
+  if (ev.tag != 0 && ev.tag == barrier_tag_) {
+    barrier_tag_ = 0;
+    barrier_done_ = ev.rc != Rc::connection_loss;  // the write ran (as a delete of nothing)
+    return;
+  }
   if (auto it = extra_tags_.find(ev.tag); it != extra_tags_.end()) {
     const auto name = it->second;
     extra_tags_.erase(it);
@@ -607,13 +612,18 @@ void LockMachine::resend_extra(const std::string& name, Commands& out) {
 void LockMachine::sweep(Commands& out) {
   sweep_pending_ = true;
   if (!connected_ || list_tag_ != 0) return;
-  out.push_back(request(Cmd::remove_extra, next_tag(), "zklock-sweep-barrier-" + cfg_.guid));  // answer ignored
+  barrier_tag_ = next_tag();
+  barrier_done_ = false;
+  out.push_back(request(Cmd::remove_extra, barrier_tag_, "zklock-sweep-barrier-" + cfg_.guid));
   list_tag_ = next_tag();
   out.push_back(request(Cmd::list, list_tag_));
 }
 
 void LockMachine::on_sweep(const MachineEvent& ev, Commands& out) {
-  if (ev.rc == Rc::connection_loss) return;  // sweep_pending_ stays: again on reconnect
+  if (ev.rc == Rc::connection_loss || !barrier_done_) {  // proves nothing: again once connected
+    sweep(out);
+    return;
+  }
   sweep_pending_ = false;
   if (node_ == NodeState::unknown) node_ = NodeState::none;  // found below, or it never ran
   if (ev.rc != Rc::ok) return;                                 // no_node: the lock path is gone, so is ours

@@ -207,7 +207,8 @@ class LockMachine {
 
   std::uint64_t tag_ = 0;
   std::uint64_t create_tag_ = 0, list_tag_ = 0, stats_tag_ = 0, blocker_tag_ = 0, marker_tag_ = 0;
-  std::uint64_t own_tag_ = 0, record_tag_ = 0, remove_tag_ = 0, parents_tag_ = 0;
+  std::uint64_t own_tag_ = 0, record_tag_ = 0, remove_tag_ = 0, parents_tag_ = 0, barrier_tag_ = 0;
+  bool barrier_done_ = false;  // the sweep's write barrier was answered by the server
   StatsFor stats_for_ = StatsFor::order;
   std::vector<std::string> stats_names_;
   std::vector<std::string> extras_;                  // duplicates of ours still to delete
