@@ -123,7 +123,6 @@ LockAttempt::LockAttempt(Client& client, AttemptRequest request, Done done)
            : !OwnerScope::current().empty() ? OwnerScope::current()
                                             : client.default_owner();
   guid_ = new_guid();
-  node_prefix_ = child_path(lock_node_prefix(req_.mode, owner_key(owner_), guid_));
   NodeData d;
   d.owner = owner_;
   d.host = impl_->owner_prefix.substr(0, impl_->owner_prefix.find('/'));
@@ -282,7 +281,8 @@ void LockAttempt::send_locked(const MachineCommand& c) {
   }
   switch (c.kind) {
     case Cmd::create:
-      impl_->create(node_prefix_, data_, CreateMode::ephemeral_sequential,
+      impl_->create(child_path(lock_node_prefix(req_.mode, owner_key(owner_), c.name)), data_,
+                    CreateMode::ephemeral_sequential,
                     [feed_to, tag](Status st, const std::string& path, const Stat& stat) {
                       MachineEvent ev = answer(Kind::created, tag, st);
                       if (st.ok()) {

@@ -95,7 +95,6 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   AttemptRequest req_;
   std::string owner_;
   std::string guid_;
-  std::string node_prefix_;  // lock_path + "/" + name prefix
   std::string data_;
 
   mutable std::mutex mu_;

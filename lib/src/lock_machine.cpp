@@ -48,8 +48,24 @@ LockMachine::Commands LockMachine::start() {
 void LockMachine::send_create(Commands& out) {
   node_ = NodeState::creating;
   create_tag_ = next_tag();
-  out.push_back(request(Cmd::create, create_tag_));
+  out.push_back(request(Cmd::create, create_tag_, guid_for(creates_++)));
   relist(out);
+}
+
+// Every create gets a GUID of its own, so no two nodes ever share a name: at
+// a saturated counter a re-create with the same GUID would get the same name
+// as a node it may have left behind, and a name seen in a listing, watched or
+// named by the marker must mean one node. The first 24 digits are the
+// attempt's (random); the last 8 count its creates.
+std::string LockMachine::guid_for(std::uint32_t n) const {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string g = cfg_.guid.substr(0, 24);
+  for (int shift = 28; shift >= 0; shift -= 4) g += kHex[(n >> shift) & 0xf];
+  return g;
+}
+
+bool LockMachine::ours(std::string_view guid) const {
+  return guid.size() == 32 && guid.substr(0, 24) == std::string_view(cfg_.guid).substr(0, 24);
 }
 
 void LockMachine::relist(Commands& out) {
@@ -222,7 +238,7 @@ void LockMachine::on_listed(const MachineEvent& ev, Commands& out) {
   }
   queue_ = std::move(queue);
   const bool listed_mine =
-      std::any_of(queue_.begin(), queue_.end(), [&](const Entry& e) { return e.node.guid == cfg_.guid; });
+      std::any_of(queue_.begin(), queue_.end(), [&](const Entry& e) { return ours(e.node.guid); });
   if (!listed_mine) {
     // This listing ran after our create (and after every earlier attempt of it).
     if (node_ == NodeState::exists) {
@@ -240,7 +256,7 @@ void LockMachine::on_listed(const MachineEvent& ev, Commands& out) {
   std::vector<std::string> needed;
   for (auto i : model::czxids_needed(queue_, key)) needed.push_back(queue_[i].node.name);
   for (const auto& e : queue_) {
-    if (e.node.guid == cfg_.guid && e.czxid == 0 &&
+    if (ours(e.node.guid) && e.czxid == 0 &&
         std::find(needed.begin(), needed.end(), e.node.name) == needed.end()) {
       needed.push_back(e.node.name);
     }
@@ -293,7 +309,7 @@ void LockMachine::evaluate(Commands& out) {
   // that ran after all) are deleted.
   std::optional<std::size_t> mine;
   for (std::size_t i = 0; i < queue_.size();) {
-    if (queue_[i].node.guid != cfg_.guid) {
+    if (!ours(queue_[i].node.guid)) {
       ++i;
       continue;
     }
@@ -629,7 +645,7 @@ void LockMachine::on_sweep(const MachineEvent& ev, Commands& out) {
   if (ev.rc != Rc::ok) return;                                 // no_node: the lock path is gone, so is ours
   for (const auto& child : ev.children) {
     auto parsed = parse_lock_node_name(child);
-    if (!parsed || parsed->guid != cfg_.guid) continue;
+    if (!parsed || !ours(parsed->guid)) continue;
     if (child == name_ && (node_ == NodeState::exists || node_ == NodeState::deleting)) continue;
     remove_extra(child, out);
   }

@@ -26,12 +26,19 @@
 //  (4) A node is granted only when a listing issued after our create, ordered
 //      exactly (model/queue_order.hpp), shows nothing ahead of it that blocks
 //      it, or when the one blocker that listing showed is proven gone.
+//  (5) Retained leases (config.retain): a release keeps the node only when
+//      the latest listing with a children watch showed no other node and the
+//      watch has not fired since. A re-take grants only when its setData
+//      (expected version) succeeded and the listing behind it shows no node
+//      but ours; its token is that setData's mzxid. Otherwise the retention
+//      ends with the usual release (delete + marker) and `retake_void`.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "zklock/error.hpp"
@@ -67,9 +74,12 @@ struct MachineEvent {
     own_checked,      // watch_own: rc
     record_read,      // read_record: rc; data
     removed,          // remove / remove_extra: rc
+    touched,          // touch: rc; mzxid and version when ok
     // watch notifications (tag of the request that set the watch)
     blocker_deleted,
     own_deleted,
+    own_changed,       // our node's data changed (our own re-take's setData)
+    children_changed,  // list_watch's children watch fired
     // session (epoch)
     disconnected,
     reconnected,       // the same session is back
@@ -78,6 +88,8 @@ struct MachineEvent {
     // the user
     cancel,   // errc (timeout / cancelled), detail
     release,  // the lease's release
+    retake,       // retained: the same owner asks for the lock again
+    retain_over,  // retained: the retain time ran out, or the retention is given up
   };
   Kind kind;
   std::uint64_t tag = 0;
@@ -86,6 +98,8 @@ struct MachineEvent {
   std::string detail;                  // rc == error: what failed; cancel: message
   std::string name;                    // created
   std::int64_t czxid = 0;              // created
+  std::int64_t mzxid = 0;              // touched
+  std::int32_t version = 0;            // touched: the node's new data version
   std::vector<std::string> children;   // listed
   std::vector<NodeStat> stats;         // stats_read
   std::string data;                    // marker_read, record_read
@@ -95,9 +109,11 @@ struct MachineEvent {
 struct MachineCommand {
   enum class Kind {
     // requests (answered by the event of the same name)
-    create,        // create EPHEMERAL_SEQUENTIAL <lock>/<prefix> with the node data
+    create,        // create EPHEMERAL_SEQUENTIAL <lock>/<prefix> with the node data; name: the GUID
     make_parents,  // create the lock path and its ancestors as containers
     list,          // getChildren(<lock>), no watch
+    list_watch,    // getChildren(<lock>) with a children watch (retain mode; never batched)
+    touch,         // setData(<lock>/<name>, the node data unchanged, expected `version`)
     read_stats,    // exists(<lock>/<name>) for each of `names`, no watch, pipelined
     watch_blocker, // exists(<lock>/<name>) with a watch
     read_marker,   // getData(<lock>): the hand-off marker
@@ -106,16 +122,19 @@ struct MachineCommand {
     remove,        // delete <lock>/<name>; with_marker: in one multi with setData(<lock>, name)
     remove_extra,  // delete <lock>/<name>: a duplicate of ours (same GUID)
     // outcomes
-    granted,   // czxid: the token
+    granted,   // czxid: the token (czxid of a fresh node, mzxid of a re-take)
     failed,    // errc, message
     lost,      // reason, message
-    released,  // the release finished: the node is gone
+    released,  // the release finished: the node is gone, or retained idle (the lease is over)
+    retake_void,  // the re-take did not grant (message: why); queue anew. The node is being released.
+    notice,       // something worth a log line (message), reported to no lease
   };
   Kind kind;
   std::uint64_t tag = 0;
   std::string name;
   std::vector<std::string> names;
   bool with_marker = false;
+  std::int32_t version = -1;  // touch: the expected data version
   std::int64_t czxid = 0;
   Errc errc = Errc::system_error;
   LossReason reason = LossReason::revoked;
@@ -124,16 +143,19 @@ struct MachineCommand {
 
 struct MachineConfig {
   Mode mode = Mode::exclusive;
-  std::string guid;             // 32 hex digits, in our node's name
+  std::string guid;             // 32 random hex digits; the first 24 mark our nodes' GUIDs
   LossPolicy policy = LossPolicy::tolerant;
   std::uint64_t epoch = 0;      // the session the attempt runs on
   std::string lock_path;        // for messages only
+  bool retain = false;          // exclusive only: a release may keep the node idle for a re-take
 };
 
 class LockMachine {
  public:
   using Commands = std::vector<MachineCommand>;
-  enum class Phase { idle, acquiring, held, releasing, failed, released };
+  // retained: released by the user, node kept idle; retaking: re-take in
+  // flight; ending: a retained node being released for real (no lease).
+  enum class Phase { idle, acquiring, held, releasing, retained, retaking, ending, failed, released };
 
   explicit LockMachine(MachineConfig config);
 
@@ -184,7 +206,16 @@ class LockMachine {
   void resend_extra(const std::string& name, Commands& out);
   void sweep(Commands& out);  // list, and delete every other node with our GUID
   void on_sweep(const MachineEvent& ev, Commands& out);
+  // Retained leases (invariant 5).
+  void on_release(Commands& out);
+  void on_children_changed(const MachineEvent& ev, Commands& out);
+  void on_retake(Commands& out);
+  void on_retake_listed(const MachineEvent& ev, Commands& out);
+  void end_retention(Commands& out);  // the real release of a retained node
+  void void_retake(std::string why, Commands& out);
   bool acquiring() const { return phase_ == Phase::acquiring; }
+  std::string guid_for(std::uint32_t n) const;  // the GUID of our n-th create
+  bool ours(std::string_view guid) const;       // a GUID of one of our creates
   std::uint64_t next_tag() { return ++tag_; }
 
   MachineConfig cfg_;
@@ -201,6 +232,15 @@ class LockMachine {
   bool sweep_pending_ = false;    // a create of unknown outcome must be found and deleted
   bool ever_uncertain_ = false;   // a create answer was lost in this attempt
   int parent_attempts_ = 0;
+  std::uint32_t creates_ = 0;
+  // Retained leases.
+  std::uint64_t children_tag_ = 0;  // the latest list_watch; its watch is the one that counts
+  bool waiter_known_ = true;        // that listing showed another node, or its watch fired (or none yet)
+  bool own_watch_off_ = false;      // our node's exists watch fired on our own setData: not re-armed
+  std::uint64_t touch_tag_ = 0;
+  Rc touch_rc_ = Rc::ok;
+  std::int32_t version_ = 0;        // our node's data version
+  std::int64_t retake_mzxid_ = 0;
   std::optional<LossReason> loss_;
   std::string name_;
   std::int64_t czxid_ = 0;

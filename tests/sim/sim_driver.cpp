@@ -74,7 +74,7 @@ int World::start_machine(int actor, int lock, Mode mode) {
   rec.m = std::make_unique<detail::LockMachine>(mc);
   machines_.push_back(std::move(rec));
   const int id = static_cast<int>(machines_.size()) - 1;
-  by_guid_[machines_.back().guid] = id;
+  by_guid_[machines_.back().guid.substr(0, 24)] = id;  // the attempt part of every create's GUID
   slots_[static_cast<std::size_t>(a.slot)].machines.push_back(id);
   a.ms.push_back(id);
   ++counters_.machines;
@@ -120,7 +120,7 @@ void World::execute(int id, const MachineCommand& c) {
     case Cmd::create: {
       const auto& a = actors_[static_cast<std::size_t>(rec.actor)];
       r.kind = ReqKind::create;
-      r.path = lock + "/" + lock_node_prefix(rec.m->config().mode, owner_key(a.owner), rec.guid);
+      r.path = lock + "/" + lock_node_prefix(rec.m->config().mode, owner_key(a.owner), c.name);  // a GUID per create
       r.sequential = r.ephemeral = true;
       r.data = a.owner;
       submit(id, std::move(r), rt);
@@ -281,7 +281,7 @@ void World::track_deletions() {
     const auto name = d.path.substr(d.path.rfind('/') + 1);
     auto parsed = parse_lock_node_name(name);
     if (!parsed) continue;
-    auto g = by_guid_.find(parsed->guid);
+    auto g = by_guid_.find(parsed->guid.substr(0, 24));
     if (g == by_guid_.end()) continue;
     auto& rec = machines_[static_cast<std::size_t>(g->second)];
     auto own = removes_.find(d.cookie);

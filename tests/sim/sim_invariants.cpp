@@ -112,7 +112,7 @@ void World::check_end() {
     std::string what = "orphan (5): nodes remain under " + lock + " with every machine finished:";
     for (const auto& c : n->children) {
       auto p = parse_lock_node_name(c);
-      auto g = p ? by_guid_.find(p->guid) : by_guid_.end();
+      auto g = p ? by_guid_.find(p->guid.substr(0, 24)) : by_guid_.end();
       what += " " + c + (g != by_guid_.end() ? " (m" + std::to_string(g->second) + ")" : "");
     }
     violate(what);

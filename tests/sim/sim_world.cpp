@@ -313,7 +313,7 @@ SimResult World::run() {
         std::map<std::int64_t, std::string> q;
         for (const auto& c : n->children) {
           auto p = parse_lock_node_name(c);
-          auto g = p ? by_guid_.find(p->guid) : by_guid_.end();
+          auto g = p ? by_guid_.find(p->guid.substr(0, 24)) : by_guid_.end();
           q[zk_.find(lock + "/" + c)->czxid] =
               c.substr(0, 2) + (p ? p->guid.substr(0, 6) : c) + "_" + (p ? std::to_string(p->sequence) : "") +
               (g != by_guid_.end() ? "=m" + std::to_string(g->second) : "");
