@@ -16,7 +16,10 @@
 //  (2) Every op context is freed exactly once: by its completion, or, when
 //      the C client refused the request, by the deferred failure callback.
 //  (3) valid_until_ only grows within one session epoch; it is reset to the
-//      distant past when the session is lost.
+//      distant past when the session is lost. It grows only on evidence the
+//      leader ordered (see note_ordered), never on a server's local answer.
+//  (4) Once valid_until_ is in the past, validity_expired is emitted for that
+//      bound before anything can raise it again (bound_mu_ serializes both).
 #pragma once
 
 #include <zookeeper/zookeeper.h>
@@ -37,8 +40,10 @@
 
 namespace zklock {
 
-// Session events seen by recipes. validity_expired: disconnected, and
-// valid_until() passed before the same session came back.
+// Session events seen by recipes. validity_expired: valid_until() passed —
+// while disconnected, while paused, or with the connection intact — and no
+// leader-ordered answer had raised it in time. Emitted once per lapse, always
+// before the reconnected event or the answer that raises the bound again.
 enum class SessionEvent { connected, suspended, reconnected, lost, validity_expired };
 
 struct WatchCtx;
@@ -87,8 +92,16 @@ struct Client::Impl {
   static std::uint64_t callback_epoch() noexcept;
   static bool in_callback() noexcept;
 
-  // Called for every server answer to a request sent at `sent` on `h`.
-  void note_ack(Handle* h, Clock::time_point sent);
+  // Called for a server answer that the leader ordered after `sent` (a write
+  // of ours, or the read pipelined behind our sync), received from `server`
+  // over `h`. Raises the bound (see session.cpp: the proof needs an earlier
+  // such answer from the same server, at least one heartbeat period before).
+  void note_ordered(Handle* h, Clock::time_point sent, const std::string& server);
+  // The heartbeat: sync("/") and exists("/") pipelined; `done(ordered)` runs
+  // on the completion thread (or the timer thread when unsent).
+  void sync_then_read(std::function<void(bool ordered)> done);
+  // The heartbeat period: a third of the negotiated timeout (at least 10 ms).
+  std::chrono::milliseconds heartbeat_period() const;
 
   // --- events (session.cpp) ---
   void on_session_event(Handle* h, int state);
@@ -166,14 +179,17 @@ struct Client::Impl {
   std::atomic<std::uint64_t> epoch_{0};
   std::atomic<Clock::rep> valid_until_{Clock::time_point::min().time_since_epoch().count()};
   std::atomic<bool> closing_{false};
+  std::atomic<std::uint64_t> heartbeat_gen_{0};  // the live heartbeat chain
 
  private:
   friend class Client;
   Handle* open_handle();                 // zookeeper_init; throws on bad input
   void replace_session();                // timer thread, after expiry
   void close_handle(Handle* h);          // outside all locks
-  void heartbeat(std::uint64_t epoch);   // timer thread
+  void heartbeat(std::uint64_t epoch, std::uint64_t gen);  // timer thread
   void check_validity(std::uint64_t epoch);
+  // Emits validity_expired once if the bound has passed. REQUIRES bound_mu_.
+  void report_lapse_locked(std::uint64_t epoch);
   void emit(SessionEvent ev, std::uint64_t epoch);
   void timer_loop();
   void callback_loop();
@@ -181,6 +197,14 @@ struct Client::Impl {
 
   std::shared_mutex handle_mu_;
   Handle* handle_ = nullptr;  // GUARDED_BY(handle_mu_)
+
+  // The bound's evidence: send times of leader-ordered answers from
+  // evidence_server_, oldest first; and the bound whose lapse was reported.
+  std::mutex bound_mu_;
+  std::deque<Clock::time_point> evidence_;                                  // GUARDED_BY(bound_mu_)
+  std::string evidence_server_;                                             // GUARDED_BY(bound_mu_)
+  std::uint64_t evidence_epoch_ = 0;                                        // GUARDED_BY(bound_mu_)
+  Clock::rep lapse_reported_for_ = Clock::time_point::min().time_since_epoch().count();  // GUARDED_BY(bound_mu_)
 
   ACL_vector acl_vector_{};
   std::vector<ACL> acl_entries_;

@@ -50,7 +50,15 @@ struct OpBase {
   Handle* h = nullptr;
   Clock::time_point sent;
   WatchCtx* watch = nullptr;
+  std::string server;  // writes only: the server the request went to
 };
+
+// The server `zh` is connected to now ("host:port"): a request sent now is
+// answered by it or fails with a connection loss.
+std::string current_server(zhandle_t* zh) {
+  const char* s = zoo_get_current_server(zh);
+  return s ? s : "";
+}
 
 template <class Fn>
 struct OpCtx : OpBase {
@@ -68,13 +76,16 @@ void untrack(Handle* h, const void* ctx) {
 template <class Ctx>
 void track(Handle* h, Ctx* ctx, const std::function<void(int)>& fail);
 
-// Common prologue of every completion: freshness bookkeeping, dropping a
-// watch the server did not register, and the callback scope.
+// Common prologue of every completion: the validity bound, dropping a watch
+// the server did not register, and the callback scope. Only writes are
+// `leader_ordered`: a follower answers reads from its own copy, even one cut
+// off from the leader, so a read proves nothing about the session (issue 15).
 template <class Ctx>
-std::unique_ptr<Ctx> begin_completion(const void* data, int rc, bool watch_registered) {
+std::unique_ptr<Ctx> begin_completion(const void* data, int rc, bool watch_registered,
+                                      bool leader_ordered = false) {
   std::unique_ptr<Ctx> ctx(static_cast<Ctx*>(const_cast<void*>(data)));
   untrack(ctx->h, ctx.get());
-  if (server_answered(rc)) ctx->impl->note_ack(ctx->h, ctx->sent);
+  if (leader_ordered && server_answered(rc)) ctx->impl->note_ordered(ctx->h, ctx->sent, ctx->server);
   if (ctx->watch != nullptr && !watch_registered) {
     std::lock_guard lk(ctx->h->watches_mu);
     if (ctx->h->watches.erase(ctx->watch) > 0) free_watch_ctx(ctx->watch);
@@ -174,12 +185,12 @@ void Client::Impl::create(std::string path, std::string data, CreateMode mode, C
   std::function<void(int)> fail = [shared_done](int rc) { (*shared_done)(Status{rc}, "", Stat{}); };
   issue(
       [&](zhandle_t* zh, Handle* h) {
-        auto* ctx = new Ctx{{this, h, Clock::now(), nullptr}, *shared_done};
+        auto* ctx = new Ctx{{this, h, Clock::now(), nullptr, current_server(zh)}, *shared_done};
         track(h, ctx, fail);
         const int rc = zoo_acreate2(
             zh, path.c_str(), data.data(), static_cast<int>(data.size()), acl(), to_zoo_mode(mode),
             [](int rc, const char* value, const ::Stat* st, const void* d) noexcept {
-              auto c = begin_completion<Ctx>(d, rc, false);
+              auto c = begin_completion<Ctx>(d, rc, false, true);
               CallbackScope scope(c->h->epoch);
               call_safely(c->impl, [&] { c->done(Status{rc}, value ? value : "", to_stat(st)); });
             },
@@ -273,12 +284,12 @@ void Client::Impl::set_data(std::string path, std::string data, int version, Sta
   std::function<void(int)> fail = [shared_done](int rc) { (*shared_done)(Status{rc}, Stat{}); };
   issue(
       [&](zhandle_t* zh, Handle* h) {
-        auto* ctx = new Ctx{{this, h, Clock::now(), nullptr}, *shared_done};
+        auto* ctx = new Ctx{{this, h, Clock::now(), nullptr, current_server(zh)}, *shared_done};
         track(h, ctx, fail);
         const int rc = zoo_aset(
             zh, path.c_str(), data.data(), static_cast<int>(data.size()), version,
             [](int rc, const ::Stat* st, const void* d) noexcept {
-              auto c = begin_completion<Ctx>(d, rc, false);
+              auto c = begin_completion<Ctx>(d, rc, false, true);
               CallbackScope scope(c->h->epoch);
               call_safely(c->impl, [&] { c->done(Status{rc}, to_stat(st)); });
             },
@@ -296,12 +307,12 @@ void Client::Impl::remove(std::string path, int version, VoidDone done) {
   std::function<void(int)> fail = [shared_done](int rc) { (*shared_done)(Status{rc}); };
   issue(
       [&](zhandle_t* zh, Handle* h) {
-        auto* ctx = new Ctx{{this, h, Clock::now(), nullptr}, *shared_done};
+        auto* ctx = new Ctx{{this, h, Clock::now(), nullptr, current_server(zh)}, *shared_done};
         track(h, ctx, fail);
         const int rc = zoo_adelete(
             zh, path.c_str(), version,
             [](int rc, const void* d) noexcept {
-              auto c = begin_completion<Ctx>(d, rc, false);
+              auto c = begin_completion<Ctx>(d, rc, false, true);
               CallbackScope scope(c->h->epoch);
               call_safely(c->impl, [&] { c->done(Status{rc}); });
             },
@@ -333,6 +344,7 @@ void Client::Impl::multi(std::vector<Op> ops, MultiDone done) {
         ctx->impl = this;
         ctx->h = h;
         ctx->sent = Clock::now();
+        ctx->server = current_server(zh);
         ctx->done = *shared_done;
         ctx->ops = std::move(ops);
         track(h, ctx, fail);
@@ -359,7 +371,8 @@ void Client::Impl::multi(std::vector<Op> ops, MultiDone done) {
         const int rc = zoo_amulti(
             zh, static_cast<int>(n), ctx->zops.data(), ctx->results.data(),
             [](int rc, const void* d) noexcept {
-              auto c = begin_completion<MultiCtx>(d, rc, false);
+              // A multi is one transaction through the leader, even when it only checks.
+              auto c = begin_completion<MultiCtx>(d, rc, false, true);
               std::vector<OpResult> out(c->ops.size());
               for (std::size_t i = 0; i < out.size(); ++i) {
                 out[i].status = Status{c->results[i].err};
@@ -372,6 +385,67 @@ void Client::Impl::multi(std::vector<Op> ops, MultiDone done) {
             },
             ctx);
         if (rc != ZOK) drop_unsent(ctx);
+        return rc;
+      },
+      fail);
+}
+
+namespace {
+// The heartbeat's two requests share this: the read counts only when the sync
+// before it was answered.
+struct HeartbeatState {
+  bool sync_ok = false;
+  std::function<void(bool)> done;
+};
+using HeartbeatCtx = OpCtx<std::shared_ptr<HeartbeatState>>;
+}  // namespace
+
+// sync makes the server we are connected to catch up with the leader: the
+// leader orders the sync after every transaction it committed before, and the
+// server answers it only after applying them, then answers the read queued
+// behind it in our session. So the read's answer proves that the leader
+// processed our sync after `sent` and had not yet closed our session.
+void Client::Impl::sync_then_read(std::function<void(bool)> done) {
+  auto state = std::make_shared<HeartbeatState>();
+  state->done = std::move(done);
+  std::function<void(int)> fail = [state](int) {
+    if (auto d = std::exchange(state->done, nullptr)) d(false);
+  };
+  issue(
+      [&](zhandle_t* zh, Handle* h) -> int {
+        const auto sent = Clock::now();
+        const auto server = current_server(zh);
+        auto* sync_ctx = new HeartbeatCtx{{this, h, sent, nullptr, server}, state};
+        track(h, sync_ctx, fail);
+        int rc = zoo_async(
+            zh, "/",
+            [](int rc, const char*, const void* d) noexcept {
+              auto c = begin_completion<HeartbeatCtx>(d, rc, false);
+              c->done->sync_ok = rc == ZOK;
+            },
+            sync_ctx);
+        if (rc != ZOK) {
+          drop_unsent(sync_ctx);
+          return rc;
+        }
+        auto* read_ctx = new HeartbeatCtx{{this, h, sent, nullptr, server}, state};
+        track(h, read_ctx, fail);
+        rc = zoo_aexists(
+            zh, "/", 0,
+            [](int rc, const ::Stat*, const void* d) noexcept {
+              auto c = begin_completion<HeartbeatCtx>(d, rc, false);
+              const bool ordered = c->done->sync_ok && server_answered(rc);
+              if (ordered) c->impl->note_ordered(c->h, c->sent, c->server);
+              CallbackScope scope(c->h->epoch);
+              if (auto d2 = std::exchange(c->done->done, nullptr)) call_safely(c->impl, [&] { d2(ordered); });
+            },
+            read_ctx);
+        if (rc != ZOK) {
+          // The sync went out; its completion runs, and the read never will.
+          drop_unsent(read_ctx);
+          state->done = nullptr;
+          return static_cast<int>(ZOK);
+        }
         return rc;
       },
       fail);

@@ -2,7 +2,9 @@
 // the validity bound, replacement after expiry, timers and the callback thread.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "client_impl.hpp"
 
@@ -259,17 +261,26 @@ void Client::Impl::on_session_event(Handle* h, int zstate) {
       state_ = again ? ConnectionState::reconnected : ConnectionState::connected;
       public_state = state_;
     }
+    const auto ep = h->epoch;
     if (!again) {
-      // Until the first heartbeat answer, the session provably lives from
-      // the moment we asked for it.
+      // Until the first heartbeat answers, the session provably lives from
+      // the moment we asked for it: the leader created it after that.
+      std::lock_guard bl(bound_mu_);
       const auto vu = h->started + negotiated() - margin();
       valid_until_.store(vu.time_since_epoch().count());
+      schedule_at(vu, [this, ep] { check_validity(ep); });
+    } else {
+      // The same session is back, but if the bound passed meanwhile the
+      // lease cannot be proven: report that first (once), then reconnected.
+      std::lock_guard bl(bound_mu_);
+      report_lapse_locked(ep);
     }
     ev = again ? SessionEvent::reconnected : SessionEvent::connected;
     log->info("zookeeper session 0x{:x} {} (timeout {} ms)", session_id(),
               again ? "reconnected" : "established", negotiated().count());
-    const auto ep = h->epoch;
-    defer([this, ep] { heartbeat(ep); });
+    // One heartbeat chain per connection: a reconnect starts a new one now.
+    const auto gen = ++heartbeat_gen_;
+    defer([this, ep, gen] { heartbeat(ep, gen); });
   } else if (zstate == ZOO_CONNECTING_STATE || zstate == ZOO_ASSOCIATING_STATE) {
     std::lock_guard lk(mu_);
     if (!has_session_ || state_ == ConnectionState::suspended || state_ == ConnectionState::lost) return;
@@ -303,8 +314,6 @@ void Client::Impl::on_session_event(Handle* h, int zstate) {
   if (ev == SessionEvent::suspended) {
     log->warn("zookeeper connection lost; session 0x{:x} valid for {} ms more at most", session_id(),
               std::chrono::duration_cast<std::chrono::milliseconds>(valid_until() - Clock::now()).count());
-    const auto ep = h->epoch;
-    schedule_at(valid_until(), [this, ep] { check_validity(ep); });
   }
   emit(ev, h->epoch);
   if (public_state) {
@@ -334,38 +343,96 @@ void Client::Impl::unobserve(ObserverId id) {
   observers_.erase(id);
 }
 
-void Client::Impl::note_ack(Handle* h, Clock::time_point sent) {
+std::chrono::milliseconds Client::Impl::heartbeat_period() const {
+  return std::max<std::chrono::milliseconds>(negotiated() / 3, 10ms);
+}
+
+// The validity bound (docs/design.md, "Loss and the validity bound").
+//
+// The leader alone expires sessions, a full timeout after the last touch it
+// received. Our server touches the session whenever we send it anything and
+// hands its touches to the leader in its answer to each leader ping (every
+// tickTime/2; tickTime <= timeout/2, so at least once per heartbeat period),
+// on the same ordered stream that carries our requests to the leader.
+//
+// An answer the leader ordered (a write, or the read behind our sync) to a
+// request sent at t proves the leader processed it after t without having
+// closed the session. Alone, that does not keep the session alive: the touch
+// of that request may still sit on our server. But take two such answers from
+// the same server, the earlier sent at t1, the later at t2 >= t1 + period.
+// The server touched the session for the first (at or after t1) before it
+// forwarded the second; a leader ping fell in between, and the touch went to
+// the leader ahead of the second request on that stream. The leader received
+// the second request, so it received the touch: the session cannot expire
+// before t1 + timeout. Hence the bound is t1 + timeout − margin, for the
+// latest t1 with a later ordered answer at least a period after it.
+//
+// When the server changes (a reconnect elsewhere), the old server's touches
+// are no evidence about the new stream: the evidence starts over, and the
+// bound stays where the old evidence put it until two answers from the new
+// server raise it.
+void Client::Impl::note_ordered(Handle* h, Clock::time_point sent, const std::string& server) {
+  const auto period = heartbeat_period();
+  const auto timeout = negotiated();
+  const auto m = margin();
+  std::lock_guard lk(bound_mu_);
   if (h->epoch != epoch_.load()) return;
-  const auto candidate = (sent + negotiated() - margin()).time_since_epoch().count();
-  auto cur = valid_until_.load();
-  while (candidate > cur && !valid_until_.compare_exchange_weak(cur, candidate)) {
+  if (server != evidence_server_ || evidence_epoch_ != h->epoch) {
+    evidence_.clear();
+    evidence_server_ = server;
+    evidence_epoch_ = h->epoch;
   }
+  std::optional<Clock::time_point> base;  // latest evidence a period before `sent`
+  for (const auto t : evidence_) {
+    if (t <= sent - period) base = t;
+  }
+  evidence_.insert(std::upper_bound(evidence_.begin(), evidence_.end(), sent), sent);
+  // Older evidence than `base` can never be the latest again.
+  while (base && evidence_.front() < *base) evidence_.pop_front();
+  while (evidence_.size() > 64) evidence_.pop_front();
+  if (!base) return;
+  const auto candidate = (*base + timeout - m).time_since_epoch().count();
+  if (candidate <= valid_until_.load()) return;
+  // A bound that lapsed is reported before it is raised again (invariant 4).
+  report_lapse_locked(h->epoch);
+  valid_until_.store(candidate);
 }
 
-void Client::Impl::heartbeat(std::uint64_t epoch) {
-  if (closing_ || epoch != epoch_.load()) return;
-  const auto period = std::max<std::chrono::milliseconds>(negotiated() / 3, 10ms);
-  if (connected()) {
-    // exists("/") is the cheapest request that the server answers.
-    exists("/", nullptr, [](Status, const Stat&) {});
-  }
-  schedule_at(Clock::now() + period, [this, epoch] { heartbeat(epoch); });
-}
-
-void Client::Impl::check_validity(std::uint64_t epoch) {
-  if (closing_ || epoch != epoch_.load()) return;
-  {
-    std::lock_guard lk(mu_);
-    if (state_ != ConnectionState::suspended) return;
-  }
-  const auto vu = valid_until();
-  if (Clock::now() < vu) {  // an ack raced in; look again at the new bound
-    schedule_at(vu, [this, epoch] { check_validity(epoch); });
-    return;
-  }
-  log->warn("zookeeper session 0x{:x}: validity bound passed while disconnected", session_id());
+void Client::Impl::report_lapse_locked(std::uint64_t epoch) {
+  const auto vu = valid_until_.load();
+  if (closing_ || epoch != epoch_.load() || Clock::now().time_since_epoch().count() < vu) return;
+  if (vu == lapse_reported_for_ || vu == Clock::time_point::min().time_since_epoch().count()) return;
+  lapse_reported_for_ = vu;
+  log->warn("zookeeper session 0x{:x}: validity bound passed {} ms ago without a leader-ordered answer",
+            session_id(),
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - valid_until()).count());
   CallbackScope scope(epoch);
   emit(SessionEvent::validity_expired, epoch);
+}
+
+void Client::Impl::heartbeat(std::uint64_t epoch, std::uint64_t gen) {
+  if (closing_ || epoch != epoch_.load() || gen != heartbeat_gen_.load()) return;
+  if (connected()) {
+    // One round trip: the read is pipelined behind the sync (sync_then_read).
+    sync_then_read([](bool) {});
+  }
+  schedule_at(Clock::now() + heartbeat_period(), [this, epoch, gen] { heartbeat(epoch, gen); });
+}
+
+// Watches the bound for the whole session, connected or not: a bound can pass
+// with the connection intact (a pause between timeout − margin and timeout,
+// or a server that answers but whose leader does not). Runs at the bound;
+// while the bound stays in the past it looks again every heartbeat period.
+void Client::Impl::check_validity(std::uint64_t epoch) {
+  if (closing_ || epoch != epoch_.load()) return;
+  Clock::time_point next;
+  {
+    std::lock_guard lk(bound_mu_);
+    report_lapse_locked(epoch);
+    const auto vu = valid_until();
+    next = Clock::now() < vu ? vu : Clock::now() + heartbeat_period();
+  }
+  schedule_at(next, [this, epoch] { check_validity(epoch); });
 }
 
 void Client::Impl::replace_session() {

@@ -5,14 +5,19 @@
 // itself after expiry (every lease of the old one is lost), and maintains a
 // validity bound that does not trust the network:
 //
-//   valid_until() = send time of the last acknowledged heartbeat
-//                   + negotiated session timeout − safety margin
+//   valid_until() = t1 + negotiated session timeout − safety margin
 //
-// The server cannot have expired the session before valid_until(): it saw a
-// request no earlier than that send time and waits at least the negotiated
-// timeout after its last request before expiring. Heartbeats go out every
-// third of the timeout. A process frozen past its session sees valid_until()
-// in the past the instant it resumes (steady clock), before any I/O runs.
+// where t1 is the send time of a request whose answer the leader ordered (a
+// write of ours, or a heartbeat: sync then a read, pipelined), followed by a
+// later such answer from the same server to a request sent at least one
+// heartbeat period after t1. Reads alone never count: a follower cut off from
+// the leader keeps answering them while the leader expires the session. The
+// leader cannot have expired the session before valid_until() (the proof is
+// in docs/design.md, "Loss and the validity bound"). Heartbeats go out every
+// third of the timeout, one round trip each. A process frozen past its bound
+// sees valid_until() in the past the instant it resumes (steady clock), and
+// the bound's lapse is reported to its leases before any answer can raise it
+// again: once passed, a lease is lost even if the session survives.
 //
 // Thread-safety: all methods may be called from any thread. Callbacks given
 // to the async operations run on the C client's completion thread: they must
