@@ -71,7 +71,15 @@ bool LockMachine::ours(std::string_view guid) const {
 void LockMachine::relist(Commands& out) {
   stats_tag_ = blocker_tag_ = marker_tag_ = 0;  // answers to the old round are stale
   list_tag_ = next_tag();
-  out.push_back(request(Cmd::list, list_tag_));
+  if (!retaining()) {
+    out.push_back(request(Cmd::list, list_tag_));
+    return;
+  }
+  // Retain mode: the listing also arms the children watch that tells a
+  // retained node about a waiter (invariant 5); the latest one counts.
+  children_tag_ = list_tag_;
+  waiter_known_ = true;  // until its answer shows no other node
+  out.push_back(request(Cmd::list_watch, list_tag_));
 }
 
 // A step's outcome is unknown (connection loss): list again, now if the
@@ -115,7 +123,38 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
       }
       break;
     case Kind::listed:
-      if (is(list_tag_)) on_listed(ev, out);
+      if (!is(list_tag_)) break;
+      if (phase_ == Phase::retaking) {
+        on_retake_listed(ev, out);
+        break;
+      }
+      if (retaining() && ev.tag == children_tag_) {
+        if (ev.rc != Rc::ok) children_tag_ = 0;  // no watch was set
+        waiter_known_ = ev.rc != Rc::ok || std::any_of(ev.children.begin(), ev.children.end(), [&](const auto& c) {
+                          auto p = parse_lock_node_name(c);
+                          return p && !ours(p->guid);
+                        });
+      }
+      on_listed(ev, out);
+      break;
+    case Kind::touched:
+      if (!is(touch_tag_)) break;
+      touch_rc_ = ev.rc;
+      if (ev.rc == Rc::ok) {
+        version_ = ev.version;
+        retake_mzxid_ = ev.mzxid;
+      }
+      break;
+    case Kind::own_changed:
+      if (ev.tag == 0 || ev.tag != own_tag_) break;
+      own_tag_ = 0;
+      // Only we rewrite our node (a re-take's setData). Re-arming would cost
+      // a read per re-take; the children watch sees our node's deletion too.
+      if (retaining()) own_watch_off_ = true;
+      else if (node_ == NodeState::exists) watch_own(out);
+      break;
+    case Kind::children_changed:
+      on_children_changed(ev, out);
       break;
     case Kind::stats_read:
       if (!is(stats_tag_) || !acquiring()) break;
@@ -160,17 +199,118 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
       if (acquiring()) fail(ev.errc, ev.detail, out);
       break;
     case Kind::release:
-      if (phase_ != Phase::held) break;
-      // Our node went away while held and the record is not read yet: the
-      // holder still learns that its lease was lost before the release.
-      if (revoked_) lose(LossReason::revoked, "node deleted by another client (released before its record was read)", out);
-      phase_ = Phase::releasing;
-      if (ever_uncertain_) sweep(out);  // a lost create may have left a second node of ours
-      // Invariant (3): the marker only for a granted node we still own.
-      remove_own(!revoked_, out);
+      on_release(out);
+      break;
+    case Kind::retake:
+      on_retake(out);
+      break;
+    case Kind::retain_over:
+      if (phase_ == Phase::retained) end_retention(out);
       break;
   }
   return out;
+}
+
+void LockMachine::on_release(Commands& out) {
+  if (phase_ != Phase::held) return;
+  // Our node went away while held and the record is not read yet: the
+  // holder still learns that its lease was lost before the release.
+  if (revoked_) lose(LossReason::revoked, "node deleted by another client (released before its record was read)", out);
+  const bool keep = retaining() && !waiter_known_ && children_tag_ != 0 && !loss_ && !revoked_ &&
+                    node_ == NodeState::exists && connected_ && !ever_uncertain_ && extras_.empty();
+  if (keep) {
+    // Invariant (5): nobody is known to wait, and the children watch will
+    // say when someone queues. The node stays, idle; no request is sent.
+    phase_ = Phase::retained;
+    out.push_back(MachineCommand{Cmd::released});
+    return;
+  }
+  phase_ = Phase::releasing;
+  if (ever_uncertain_) sweep(out);  // a lost create may have left a second node of ours
+  // Invariant (3): the marker only for a granted node we still own.
+  remove_own(!revoked_, out);
+}
+
+// The children of the lock changed since our latest watched listing: a
+// waiter queued (or a node went, ours perhaps).
+void LockMachine::on_children_changed(const MachineEvent& ev, Commands& out) {
+  if (ev.tag == 0 || ev.tag != children_tag_) return;  // an older watch: a later listing covers it
+  children_tag_ = 0;
+  waiter_known_ = true;
+  if (phase_ == Phase::retained) {
+    end_retention(out);  // hand the lock on at once
+  } else if (phase_ == Phase::held && own_watch_off_ && node_ == NodeState::exists) {
+    watch_own(out);  // no watch on our node since a re-take: is it still there?
+  }
+  // acquiring: the listings decide; retaking: the re-take's listing decides.
+}
+
+// The re-take: setData on our node with its expected version, then the
+// listing (re-arming the children watch), pipelined. Session order puts the
+// listing after the setData's transaction (zxid Z): any node created before
+// Z is listed (unless already gone), so a re-take that lists only our node
+// grants with token Z, and every later waiter is created after Z.
+void LockMachine::on_retake(Commands& out) {
+  if (phase_ != Phase::retained) return;
+  phase_ = Phase::retaking;
+  touch_rc_ = Rc::connection_loss;  // until answered
+  touch_tag_ = next_tag();
+  MachineCommand t = request(Cmd::touch, touch_tag_, name_);
+  t.version = version_;
+  out.push_back(std::move(t));
+  list_tag_ = next_tag();
+  children_tag_ = list_tag_;
+  out.push_back(request(Cmd::list_watch, list_tag_));
+}
+
+void LockMachine::on_retake_listed(const MachineEvent& ev, Commands& out) {
+  if (touch_tag_ != 0) {  // the setData unanswered before its listing (cannot happen in session order)
+    touch_tag_ = 0;
+    touch_rc_ = Rc::connection_loss;
+  }
+  if (ev.rc != Rc::ok) children_tag_ = 0;
+  bool alone = ev.rc == Rc::ok, listed_self = false;
+  for (const auto& c : ev.children) {
+    if (!parse_lock_node_name(c)) continue;  // foreign child: not part of the queue
+    if (c == name_) listed_self = true;
+    else alone = false;
+  }
+  if (touch_rc_ == Rc::ok && alone && listed_self) {
+    waiter_known_ = false;
+    phase_ = Phase::held;
+    MachineCommand c{Cmd::granted};
+    c.czxid = retake_mzxid_;  // invariant (5): the setData's zxid is the token
+    out.push_back(std::move(c));
+    return;
+  }
+  waiter_known_ = true;
+  void_retake(touch_rc_ == Rc::no_node ? "our retained node is gone (session expired or revoked)"
+              : touch_rc_ != Rc::ok    ? "the re-take's setData failed or its outcome is unknown"
+              : !alone                 ? "another node is queued: queueing behind it"
+                                       : "our node is not listed",
+              out);
+}
+
+// The re-take does not grant: release for real (the remove goes out before
+// the caller's new create, so a waiter found by the listing goes first).
+void LockMachine::void_retake(std::string why, Commands& out) {
+  if (touch_rc_ == Rc::no_node && node_ == NodeState::exists) {
+    node_ = NodeState::gone;
+    own_tag_ = 0;
+    MachineCommand n{Cmd::notice};
+    n.message = "retained node " + name_ + " of " + cfg_.lock_path + " was deleted while idle";
+    out.push_back(std::move(n));
+  }
+  phase_ = Phase::ending;
+  remove_own(true, out);
+  MachineCommand c{Cmd::retake_void};
+  c.message = std::move(why);
+  out.push_back(std::move(c));
+}
+
+void LockMachine::end_retention(Commands& out) {
+  phase_ = Phase::ending;
+  remove_own(true, out);  // a granted node: with the marker (invariant 3)
 }
 
 void LockMachine::on_created(const MachineEvent& ev, Commands& out) {
@@ -429,6 +569,7 @@ void LockMachine::on_candidates(const MachineEvent& ev, Commands& out) {
 
 void LockMachine::watch_own(Commands& out) {
   own_watch_pending_ = false;
+  own_watch_off_ = false;
   own_tag_ = next_tag();
   out.push_back(request(Cmd::watch_own, own_tag_, name_));
 }
@@ -440,6 +581,13 @@ void LockMachine::on_own_gone(Commands& out) {
   node_ = NodeState::gone;
   revoked_ = true;
   own_tag_ = 0;
+  if (phase_ == Phase::retained) {  // revoked while idle: no lease to tell
+    phase_ = Phase::released;
+    MachineCommand n{Cmd::notice};
+    n.message = "retained node " + name_ + " of " + cfg_.lock_path + " was deleted while idle (revoked?)";
+    out.push_back(std::move(n));
+    return;
+  }
   if (phase_ != Phase::acquiring && phase_ != Phase::held) return;
   list_tag_ = stats_tag_ = blocker_tag_ = marker_tag_ = 0;
   resync_pending_ = false;
@@ -474,6 +622,7 @@ void LockMachine::on_session(const MachineEvent& ev, Commands& out) {
     case Kind::disconnected:
       connected_ = false;
       suspended_ = true;
+      if (phase_ == Phase::retained) end_retention(out);  // no lease: give it up (sent once reconnected)
       if (phase_ == Phase::held && cfg_.policy == LossPolicy::strict) {
         lose(LossReason::disconnected, "disconnected from ZooKeeper (strict policy)", out);
       }
@@ -520,6 +669,13 @@ void LockMachine::on_session(const MachineEvent& ev, Commands& out) {
       } else if (phase_ == Phase::releasing) {
         phase_ = Phase::released;
         out.push_back(MachineCommand{Cmd::released});
+      } else if (phase_ == Phase::retaking) {
+        phase_ = Phase::released;
+        MachineCommand c{Cmd::retake_void};
+        c.message = "the ZooKeeper session expired";
+        out.push_back(std::move(c));
+      } else if (phase_ == Phase::retained || phase_ == Phase::ending) {
+        phase_ = Phase::released;  // the retention ends silently: no lease exists
       }
       break;
     }
@@ -562,10 +718,7 @@ void LockMachine::lose(LossReason reason, std::string message, Commands& out) {
 void LockMachine::remove_own(bool with_marker, Commands& out) {
   remove_pending_ = false;
   if (node_ != NodeState::exists) {
-    if (phase_ == Phase::releasing && node_ != NodeState::deleting) {
-      phase_ = Phase::released;
-      out.push_back(MachineCommand{Cmd::released});
-    }
+    if (node_ != NodeState::deleting) release_done(out);
     return;
   }
   node_ = NodeState::deleting;
@@ -603,9 +756,15 @@ void LockMachine::on_removed(const MachineEvent& ev, Commands& out) {
     return;
   }
   node_ = NodeState::gone;  // ok, no_node; or an error we cannot act on
+  release_done(out);
+}
+
+void LockMachine::release_done(Commands& out) {
   if (phase_ == Phase::releasing) {
     phase_ = Phase::released;
     out.push_back(MachineCommand{Cmd::released});
+  } else if (phase_ == Phase::ending) {
+    phase_ = Phase::released;  // the lease's `released` was reported when it was retained
   }
 }
 

@@ -212,6 +212,8 @@ class LockMachine {
   void on_retake(Commands& out);
   void on_retake_listed(const MachineEvent& ev, Commands& out);
   void end_retention(Commands& out);  // the real release of a retained node
+  void release_done(Commands& out);   // our node is gone: releasing/ending -> released
+  bool retaining() const { return cfg_.retain && cfg_.mode == Mode::exclusive; }
   void void_retake(std::string why, Commands& out);
   bool acquiring() const { return phase_ == Phase::acquiring; }
   std::string guid_for(std::uint32_t n) const;  // the GUID of our n-th create

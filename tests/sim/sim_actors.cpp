@@ -2,6 +2,8 @@
 // pipelined: two owners on one session started back to back on one lock),
 // and multi-lock clients that take several locks in path order and release
 // them all. They hold for a random while, cancel some waits, and retry.
+// Some single exclusive actors retain: a release keeps the node idle for a
+// while, and their next acquisition of the same lock is a re-take.
 #include "sim_world.hpp"
 
 namespace zklock::sim {
@@ -18,7 +20,11 @@ void World::on_outcome(int id, const MachineCommand& c) {
   const std::string who = "m" + std::to_string(id);
   switch (c.kind) {
     case Cmd::granted:
-      if (++rec.granted > 1 || rec.failed) violate("outcome: " + who + " granted twice, or after failing");
+      // Granted again only by a re-take, after the previous lease was released.
+      if (rec.granted != rec.released || rec.failed) violate("outcome: " + who + " granted while granted, or after failing");
+      if (rec.granted > 0) ++counters_.retakes;
+      ++rec.granted;
+      rec.release_requested = rec.must_lose = rec.knew_at_release = false;
       rec.held_path = locks_[static_cast<std::size_t>(rec.lock)] + "/" + rec.m->node_name();
       rec.token = c.czxid;
       ++counters_.grants;
@@ -48,12 +54,24 @@ void World::on_outcome(int id, const MachineCommand& c) {
       else if (a.state == Actor::acquiring) actor_release(rec.actor);
       return;
     case Cmd::released: {
-      if (++rec.released > 1 || !rec.granted) violate("outcome: " + who + " released twice, or never granted");
+      if (++rec.released > rec.granted) violate("outcome: " + who + " released more often than granted");
       auto& hs = holders_[static_cast<std::size_t>(rec.lock)];
       std::erase(hs, id);
+      if (rec.m->phase() == Phase::retained) {
+        ++counters_.retains;
+        a.retained = id;
+        a.retain_until = now_ + 1 + rng_.below(80);
+      }
       actor_settle(rec.actor);
       return;
     }
+    case Cmd::retake_void:
+      // Queue anew, on the same lock: the machine's remove went out first.
+      ++counters_.retakes_void;
+      if (a.state != Actor::acquiring) violate("outcome: " + who + " re-take voided with no re-take asked");
+      std::erase(a.ms, id);
+      start_machine(rec.actor, rec.lock, a.mode);
+      return;
     default: return;
   }
 }
@@ -86,6 +104,18 @@ void World::actor_start(int ai) {
     return;
   }
   const int lock = static_cast<int>(rng_.below(locks_.size()));
+  if (a.retained >= 0) {
+    const int m = std::exchange(a.retained, -1);
+    auto& rec = machines_[static_cast<std::size_t>(m)];
+    if (rec.m->phase() == Phase::retained) {
+      if (rec.lock == lock || rng_.chance(600)) {  // the same lock again: re-take
+        a.ms.push_back(m);
+        feed(m, MachineEvent{Kind::retake});
+        return;
+      }
+      feed(m, MachineEvent{Kind::retain_over});  // another lock: give the idle one up
+    }
+  }
   const int partner = a.partner;
   start_machine(ai, lock, a.mode);
   if (partner >= 0 && actors_[static_cast<std::size_t>(partner)].state == Actor::idle) {
@@ -124,12 +154,21 @@ void World::actor_settle(int ai) {
   for (int id : a.ms) {
     const auto& rec = machines_[static_cast<std::size_t>(id)];
     if (!rec.failed && !rec.released) return;
-    if (rec.granted && !rec.released) return;
+    if (rec.granted > rec.released) return;
   }
   a.state = Actor::idle;
   a.ms.clear();
   a.cancel_armed = false;
   a.wake = now_ + 1 + rng_.below(30);
+}
+
+// The retain time of an idle retained node ran out (the shell's timer).
+void World::retain_deadline(int ai) {
+  auto& a = actors_[static_cast<std::size_t>(ai)];
+  const int m = std::exchange(a.retained, -1);
+  if (m >= 0 && machines_[static_cast<std::size_t>(m)].m->phase() == Phase::retained) {
+    feed(m, MachineEvent{Kind::retain_over});
+  }
 }
 
 }  // namespace zklock::sim

@@ -24,6 +24,7 @@ Rc to_rc(Zrc rc) {
     case Zrc::connection_loss: return Rc::connection_loss;
     case Zrc::session_expired: return Rc::session_expired;
     case Zrc::not_empty: return Rc::error;
+    case Zrc::bad_version: return Rc::error;
   }
   return Rc::error;
 }
@@ -34,14 +35,15 @@ const char* rc_name(Rc rc) {
 }
 const char* event_name(Kind k) {
   static const char* names[] = {"created", "parents_made", "listed", "stats_read", "blocker_checked", "marker_read",
-                                "own_checked", "record_read", "removed", "blocker_deleted", "own_deleted",
-                                "disconnected", "reconnected", "expired", "validity_expired", "cancel", "release"};
+                                "own_checked", "record_read", "removed", "touched", "blocker_deleted", "own_deleted",
+                                "own_changed", "children_changed", "disconnected", "reconnected", "expired",
+                                "validity_expired", "cancel", "release", "retake", "retain_over"};
   return names[static_cast<int>(k)];
 }
 const char* command_name(Cmd k) {
-  static const char* names[] = {"create", "make_parents", "list", "read_stats", "watch_blocker", "read_marker",
-                                "watch_own", "read_record", "remove", "remove_extra", "granted", "failed", "lost",
-                                "released"};
+  static const char* names[] = {"create", "make_parents", "list", "list_watch", "touch", "read_stats",
+                                "watch_blocker", "read_marker", "watch_own", "read_record", "remove", "remove_extra",
+                                "granted", "failed", "lost", "released", "retake_void", "notice"};
   return names[static_cast<int>(k)];
 }
 std::string hex64(std::uint64_t v) {
@@ -71,6 +73,7 @@ int World::start_machine(int actor, int lock, Mode mode) {
   mc.policy = a.policy;
   mc.epoch = rec.session;
   mc.lock_path = locks_[static_cast<std::size_t>(lock)];
+  mc.retain = a.retains;
   rec.m = std::make_unique<detail::LockMachine>(mc);
   machines_.push_back(std::move(rec));
   const int id = static_cast<int>(machines_.size()) - 1;
@@ -96,6 +99,7 @@ void World::feed(int id, const MachineEvent& ev) {
     for (const auto& c : ev.children) l += " " + short_name(c);
     for (const auto& st : ev.stats) l += std::string(" [") + rc_name(st.rc) + " " + std::to_string(st.czxid) + "]";
     if (ev.kind == Kind::marker_read && ev.rc == Rc::ok) l += " data=" + short_name(ev.data);
+    if (ev.kind == Kind::touched && ev.rc == Rc::ok) l += " mzxid=" + std::to_string(ev.mzxid);
     note(l);
   }
   for (const auto& c : rec.m->step(ev)) execute(id, c);
@@ -157,11 +161,28 @@ void World::execute(int id, const MachineCommand& c) {
       return;
     }
     case Cmd::list: r.kind = ReqKind::get_children; r.path = lock; rt.kind = Kind::listed; break;
+    case Cmd::list_watch:
+      r.kind = ReqKind::get_children;
+      r.path = lock;
+      r.watch = true;
+      rt.kind = Kind::listed;
+      rt.children_watch = true;
+      break;
+    case Cmd::touch: {  // setData, the content unchanged, at the expected version
+      const auto& a = actors_[static_cast<std::size_t>(rec.actor)];
+      r.kind = ReqKind::set_data;
+      r.path = lock + "/" + c.name;
+      r.data = a.owner;
+      r.version = c.version;
+      rt.kind = Kind::touched;
+      break;
+    }
     case Cmd::watch_blocker:
     case Cmd::watch_own:
       r.kind = ReqKind::exists;
       r.path = lock + "/" + c.name;
       r.watch = true;
+      rt.path = r.path;
       rt.kind = c.kind == Cmd::watch_own ? Kind::own_checked : Kind::blocker_checked;
       break;
     case Cmd::read_marker: r.kind = ReqKind::get_data; r.path = lock; rt.kind = Kind::marker_read; break;
@@ -221,12 +242,27 @@ void World::on_reply(const Reply& rep) {
   auto it = routes_.find(rep.cookie);
   if (it == routes_.end()) return;
   const Route rt = it->second;
-  const bool watch = rt.kind == Kind::blocker_checked || rt.kind == Kind::own_checked;
-  if (rep.notification) {  // only deletes matter to the recipe (like the real shell)
-    if (rep.what != Reply::Watch::deleted) return;
+  const bool watch = rt.kind == Kind::blocker_checked || rt.kind == Kind::own_checked || rt.children_watch;
+  if (rep.notification) {
     routes_.erase(it);
-    MachineEvent ev{rt.kind == Kind::own_checked ? Kind::own_deleted : Kind::blocker_deleted};
+    MachineEvent ev{Kind::children_changed};
     ev.tag = rt.tag;
+    if (rt.children_watch) {
+      if (rep.what != Reply::Watch::children) return;
+    } else if (rep.what == Reply::Watch::deleted) {
+      ev.kind = rt.kind == Kind::own_checked ? Kind::own_deleted : Kind::blocker_deleted;
+    } else if (rt.kind == Kind::own_checked) {
+      ev.kind = Kind::own_changed;  // our own re-take's setData: the machine decides
+    } else {
+      // A blocker's data changed (its owner re-took it): watch it again,
+      // like the real shell (lock_attempt.cpp, watch_deletion).
+      Request q;
+      q.kind = ReqKind::exists;
+      q.path = rt.path;
+      q.watch = true;
+      submit(rt.machine, std::move(q), rt);
+      return;
+    }
     feed(rt.machine, ev);
     return;
   }
@@ -269,6 +305,7 @@ void World::on_reply(const Reply& rep) {
     }
     case Kind::marker_read:
     case Kind::record_read: ev.data = rep.data; break;
+    case Kind::touched: ev.mzxid = rep.mzxid; ev.version = rep.version; break;
     default: break;
   }
   feed(rt.machine, ev);

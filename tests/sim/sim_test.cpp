@@ -69,6 +69,9 @@ TEST(Sim, ManySeeds) {
     sum.lost += r.counters.lost;
     sum.deferred_losses += r.counters.deferred_losses;
     sum.machines += r.counters.machines;
+    sum.retains += r.counters.retains;
+    sum.retakes += r.counters.retakes;
+    sum.retakes_void += r.counters.retakes_void;
     sum.max_pipeline = std::max(sum.max_pipeline, r.counters.max_pipeline);
     sum.tail_steps = std::max(sum.tail_steps, r.counters.tail_steps);
   }
@@ -84,6 +87,11 @@ TEST(Sim, ManySeeds) {
               static_cast<unsigned long long>(sum.reaps), static_cast<unsigned long long>(sum.lost),
               static_cast<unsigned long long>(sum.deferred_losses), static_cast<unsigned long long>(sum.max_pipeline),
               static_cast<unsigned long long>(sum.tail_steps));
+  std::printf("[sim] retained releases %llu, re-takes granted %llu, re-takes voided %llu\n",
+              static_cast<unsigned long long>(sum.retains), static_cast<unsigned long long>(sum.retakes),
+              static_cast<unsigned long long>(sum.retakes_void));
+  EXPECT_GT(sum.retakes, 0U);
+  EXPECT_GT(sum.retakes_void, 0U);
 }
 
 SimCounters run_regime(Regime regime, int seeds) {

@@ -79,6 +79,7 @@ void World::setup() {
         }
         if (a.locks.size() < 2) a.locks = {0, n_locks - 1};
       }
+      a.retains = a.kind == Actor::single && a.mode == Mode::exclusive && rng_.chance(400);
       actors_.push_back(std::move(a));
       // Pipelined: a second owner on the same session, started back to back.
       if (actors_.back().kind == Actor::single && rng_.chance(400)) {
@@ -86,6 +87,7 @@ void World::setup() {
         Actor b = actors_.back();
         b.owner = "owner-" + std::to_string(actors_.size());
         b.follower = true;
+        b.retains = false;
         b.mode = rng_.chance(300) ? Mode::shared : Mode::exclusive;
         actors_.push_back(std::move(b));
         actors_[leader].partner = leader + 1;
@@ -101,7 +103,7 @@ void World::setup() {
 }
 
 namespace {
-enum class Act { deliver, serve, commit, actor, disconnect, reconnect, validity, expire, learn, revoke, reap };
+enum class Act { deliver, serve, commit, actor, disconnect, reconnect, validity, expire, learn, revoke, reap, retain };
 struct Choice {
   Act act;
   int arg;
@@ -141,6 +143,7 @@ bool World::step_once() {
                      ((ac.state == Actor::idle && !ac.follower && !tail_) ||
                       (ac.state == Actor::acquiring && ac.cancel_armed) || ac.state == Actor::holding);
     if (due) add(Act::actor, a, 20);
+    if (ac.retained >= 0 && now_ >= ac.retain_until && ac.state == Actor::idle) add(Act::retain, a, 20);
   }
   if (!tail_) {
     add(Act::revoke, 0, w_fault_ / 2);
@@ -172,6 +175,7 @@ bool World::step_once() {
     case Act::learn: learn_expiry(c.arg); break;
     case Act::revoke: revoke(); break;
     case Act::reap: reap(); break;
+    case Act::retain: retain_deadline(c.arg); break;
   }
   drain_local();
   track_deletions();

@@ -46,6 +46,7 @@ struct SimCounters {
   std::uint64_t czxid_listings = 0;  // a listing that suffixes cannot order (czxid needed)
   std::uint64_t disconnects = 0, expiries = 0, revocations = 0, reaps = 0, lost = 0;
   std::uint64_t deferred_losses = 0;
+  std::uint64_t retains = 0, retakes = 0, retakes_void = 0;  // releases kept idle; re-takes granted / voided
   std::uint64_t tail_steps = 0;  // steps from the end of the faults until everything settled  // seen, unreported at the user's release (see strict_loss)
 };
 
@@ -84,6 +85,8 @@ struct Route {  // where a reply goes
   detail::MachineEvent::Kind kind{};
   int agg = -1;  // index into aggs_ when one command is several requests
   std::size_t part = 0;
+  bool children_watch = false;  // list_watch: a children notification follows
+  std::string path;             // a watched node's path (re-armed on a data change)
 };
 
 struct Agg {
@@ -113,6 +116,11 @@ struct Actor {
   std::uint64_t wake = 0;
   bool cancel_armed = false;
   std::vector<int> ms;  // the current attempt's machines
+  // Retained leases (single exclusive actors only): the machine whose node
+  // is retained idle, and when its retain time runs out.
+  bool retains = false;
+  int retained = -1;
+  std::uint64_t retain_until = 0;
 };
 
 class World {
@@ -144,6 +152,7 @@ class World {
   void actor_start(int actor);
   void actor_release(int actor);
   void actor_settle(int actor);
+  void retain_deadline(int actor);
   void track_deletions();
   // sim_invariants.cpp
   void check_step();

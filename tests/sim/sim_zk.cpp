@@ -33,6 +33,7 @@ const char* zrc_name(Zrc rc) {
     case Zrc::no_node: return "no_node";
     case Zrc::node_exists: return "node_exists";
     case Zrc::not_empty: return "not_empty";
+    case Zrc::bad_version: return "bad_version";
     case Zrc::connection_loss: return "connection_loss";
     case Zrc::session_expired: return "session_expired";
   }
@@ -77,7 +78,9 @@ void SimZk::send(Request req) {
   auto& ss = sessions_.at(req.session);
   if (!ss.alive || !ss.connected) model_bug("send on a disconnected session");
   ss.unanswered.insert(req.id);
-  if (req.kind == ReqKind::exists && req.watch) ss.watch_paths[req.id] = req.path;
+  if ((req.kind == ReqKind::exists || req.kind == ReqKind::get_children) && req.watch) {
+    ss.watch_paths[req.id] = {req.path, req.kind == ReqKind::get_children};
+  }
   ss.outbound.push_back(std::move(req));
 }
 
@@ -122,6 +125,7 @@ void SimZk::serve_read(const Request& r) {
     }
   }
   if (r.kind == ReqKind::exists && r.watch) watches_[r.path].push_back(Watch{r.session, r.cookie, false});
+  if (r.kind == ReqKind::get_children && r.watch && n) child_watches_[r.path].push_back(Watch{r.session, r.cookie, false});
   answer(r.session, r.id, std::move(rep));
 }
 
@@ -130,7 +134,8 @@ std::optional<SimZk::Pending> SimZk::effective(const std::string& path,
   if (auto it = scratch.find(path); it != scratch.end()) return it->second;
   if (auto it = pending_.find(path); it != pending_.end()) return it->second;
   if (auto it = tree_.find(path); it != tree_.end()) {
-    return Pending{true, it->second.cversion, static_cast<std::int32_t>(it->second.children.size()), it->second.owner, 0};
+    return Pending{true, it->second.cversion, static_cast<std::int32_t>(it->second.children.size()), it->second.owner, 0,
+                   it->second.version};
   }
   return std::nullopt;
 }
@@ -151,7 +156,7 @@ Zrc SimZk::prep_create(const std::string& path0, const Request& req, bool sequen
   p->cversion = plus_one(p->cversion);
   p->children += 1;
   scratch[parent] = *p;
-  scratch[path] = Pending{true, 0, 0, ephemeral ? req.session : 0, 0};
+  scratch[path] = Pending{true, 0, 0, ephemeral ? req.session : 0, 0, 0};
   txn.ops.push_back(Op{Op::create, path, req.data, ephemeral ? req.session : 0, container, p->cversion});
   txn.created_name = base_of(path);
   return Zrc::ok;
@@ -172,7 +177,7 @@ Zrc SimZk::prep_delete(const std::string& path, bool only_container, Txn& txn,
   if (opts_.delete_bumps_cversion) p->cversion = plus_one(p->cversion);
   p->children -= 1;
   scratch[parent] = *p;
-  scratch[path] = Pending{false, 0, 0, 0, 0};
+  scratch[path] = Pending{false, 0, 0, 0, 0, 0};
   txn.ops.push_back(Op{Op::remove, path, {}, 0, false, p->cversion});
   return Zrc::ok;
 }
@@ -187,6 +192,16 @@ Zrc SimZk::prepare_ops(const Request& r, Txn& t, std::map<std::string, Pending>&
       auto n = effective(r.path2, scratch);
       if (!n || !n->exists) return Zrc::no_node;
       t.ops.push_back(Op{Op::set_data, r.path2, r.data, 0, false, 0});
+      return Zrc::ok;
+    }
+    case ReqKind::set_data: {
+      auto n = effective(r.path, scratch);
+      if (!n || !n->exists) return Zrc::no_node;
+      if (r.version != -1 && n->version != r.version) return Zrc::bad_version;
+      n->version += 1;
+      scratch[r.path] = *n;
+      t.new_version = n->version;
+      t.ops.push_back(Op{Op::set_data, r.path, r.data, 0, false, 0});
       return Zrc::ok;
     }
     case ReqKind::multi_revoke: {
@@ -242,6 +257,7 @@ void SimZk::apply(const Op& op, const Txn& t) {
       set_cversion(parent);
       if (op.owner) sessions_.at(op.owner).ephemerals.insert(op.path);
       fire(op.path, Reply::Watch::created);
+      fire_children(parent_path);
       break;
     }
     case Op::remove: {
@@ -254,6 +270,7 @@ void SimZk::apply(const Op& op, const Txn& t) {
       set_cversion(parent);
       deleted_.push_back(Deleted{op.path, t.req.session, t.req.kind, t.close_session, t.req.cookie});
       fire(op.path, Reply::Watch::deleted);
+      fire_children(parent_path);
       break;
     }
     case Op::set_data: {
@@ -287,6 +304,10 @@ void SimZk::commit() {
     rep.name = t.created_name;
     rep.czxid = t.zxid;
   }
+  if (t.rc == Zrc::ok && t.req.kind == ReqKind::set_data) {
+    rep.mzxid = t.zxid;
+    rep.version = t.new_version;
+  }
   answer(t.req.session, t.req.id, std::move(rep));
 }
 
@@ -301,6 +322,19 @@ void SimZk::fire(const std::string& path, Reply::Watch what) {
     answer(w.session, 0, std::move(rep));
   }
   watches_.erase(it);
+}
+
+void SimZk::fire_children(const std::string& parent) {
+  auto it = child_watches_.find(parent);
+  if (it == child_watches_.end()) return;
+  for (const auto& w : it->second) {
+    Reply rep;
+    rep.notification = true;
+    rep.what = Reply::Watch::children;
+    rep.cookie = w.cookie;
+    answer(w.session, 0, std::move(rep));
+  }
+  child_watches_.erase(it);
 }
 
 void SimZk::answer(std::uint64_t s, std::uint64_t req_id, Reply r) {
@@ -318,10 +352,11 @@ Reply SimZk::deliver(std::uint64_t s) {
   if (id != 0) {
     ss.unanswered.erase(id);
     if (auto it = ss.watch_paths.find(id); it != ss.watch_paths.end()) {
-      for (auto& w : watches_[it->second]) {
+      auto& table = it->second.second ? child_watches_ : watches_;
+      for (auto& w : table[it->second.first]) {
         if (w.session == s && w.cookie == rep.cookie) w.confirmed = true;
       }
-      if (watches_[it->second].empty()) watches_.erase(it->second);
+      if (table[it->second.first].empty()) table.erase(it->second.first);
       ss.watch_paths.erase(it);
     }
   }
@@ -368,9 +403,11 @@ void SimZk::expire(std::uint64_t s) {
   ss.limbo.clear();
   ss.deliveries.clear();
   ss.unanswered.clear();
-  for (auto it = watches_.begin(); it != watches_.end();) {
-    std::erase_if(it->second, [&](const Watch& w) { return w.session == s; });
-    it = it->second.empty() ? watches_.erase(it) : std::next(it);
+  for (auto* table : {&watches_, &child_watches_}) {
+    for (auto it = table->begin(); it != table->end();) {
+      std::erase_if(it->second, [&](const Watch& w) { return w.session == s; });
+      it = it->second.empty() ? table->erase(it) : std::next(it);
+    }
   }
 }
 

@@ -54,10 +54,10 @@ class Rng {
   std::uint64_t s_;
 };
 
-enum class Zrc { ok, no_node, node_exists, not_empty, connection_loss, session_expired };
+enum class Zrc { ok, no_node, node_exists, not_empty, bad_version, connection_loss, session_expired };
 const char* zrc_name(Zrc rc);
 
-enum class ReqKind { create, remove, multi_release, multi_revoke, get_children, exists, get_data, reap };
+enum class ReqKind { create, remove, multi_release, multi_revoke, set_data, get_children, exists, get_data, reap };
 
 struct Request {
   std::uint64_t id = 0;       // unique, assigned by SimZk::send
@@ -67,18 +67,21 @@ struct Request {
   std::string path2;    // multi_release: the lock path (setData); multi_revoke: the record path
   std::string data;
   bool sequential = false, ephemeral = false, container = false;
-  bool watch = false;   // exists
+  bool watch = false;   // exists (a data watch); get_children (a children watch)
+  std::int32_t version = -1;  // set_data: the expected version (-1: any)
   std::uint64_t cookie = 0;  // the driver's routing
   bool is_write() const { return kind != ReqKind::get_children && kind != ReqKind::exists && kind != ReqKind::get_data; }
 };
 
 struct Reply {
   bool notification = false;  // a watch fired (delete / data change / create)
-  enum class Watch { deleted, changed, created } what = Watch::deleted;
+  enum class Watch { deleted, changed, created, children } what = Watch::deleted;
   std::uint64_t cookie = 0;
   Zrc rc = Zrc::ok;
   std::string name;   // create: the child name
   std::int64_t czxid = 0;
+  std::int64_t mzxid = 0;     // set_data: the transaction's zxid
+  std::int32_t version = 0;   // set_data: the new version
   std::vector<std::string> children;
   std::string data;
 };
@@ -165,6 +168,7 @@ class SimZk {
     std::int32_t children = 0;
     std::uint64_t owner = 0;
     std::int64_t zxid = 0;
+    std::int32_t version = 0;  // data version
   };
   struct Op {
     enum Kind { create, remove, set_data } kind;
@@ -182,6 +186,7 @@ class SimZk {
     bool close_session = false;
     bool answer = true;  // false once the session's connection dropped
     std::string created_name;
+    std::int32_t new_version = 0;  // set_data
     std::vector<std::string> touched;  // paths whose pending state this txn set
   };
   struct Watch {
@@ -196,7 +201,7 @@ class SimZk {
     std::deque<std::pair<std::uint64_t, Reply>> deliveries;  // (request id or 0, reply)
     int uncommitted = 0;
     std::set<std::string> ephemerals;
-    std::map<std::uint64_t, std::string> watch_paths;  // exists+watch requests not yet answered
+    std::map<std::uint64_t, std::pair<std::string, bool>> watch_paths;  // watching reads not yet answered (path, children?)
   };
 
   std::optional<Pending> effective(const std::string& path, const std::map<std::string, Pending>& scratch) const;
@@ -207,6 +212,7 @@ class SimZk {
   Zrc prep_delete(const std::string& path, bool only_container, Txn& txn, std::map<std::string, Pending>& scratch);
   void apply(const Op& op, const Txn& t);
   void fire(const std::string& path, Reply::Watch what);
+  void fire_children(const std::string& parent);
   void answer(std::uint64_t s, std::uint64_t req_id, Reply r);
   void serve_read(const Request& req);
 
@@ -216,7 +222,8 @@ class SimZk {
   std::map<std::string, Pending> pending_;
   std::deque<Txn> pipeline_;
   std::map<std::uint64_t, Session> sessions_;
-  std::map<std::string, std::vector<Watch>> watches_;
+  std::map<std::string, std::vector<Watch>> watches_;        // data watches (exists)
+  std::map<std::string, std::vector<Watch>> child_watches_;  // children watches (getChildren)
   std::vector<Deleted> deleted_;
   std::int64_t zxid_ = 0;
   std::uint64_t next_session_ = 0, next_req_ = 0;
@@ -254,8 +261,10 @@ std::vector<std::uint64_t> SimZk::disconnect(std::uint64_t s, Fate fate) {
   // Answers not yet taken are lost with the connection; notifications of
   // confirmed watches stay (re-registered watches fire again on reconnect).
   std::erase_if(ss.deliveries, [](const auto& d) { return d.first != 0; });
-  for (auto& [path, ws] : watches_) {
-    std::erase_if(ws, [&](const Watch& w) { return w.session == s && !w.confirmed; });
+  for (auto* table : {&watches_, &child_watches_}) {
+    for (auto& [path, ws] : *table) {
+      std::erase_if(ws, [&](const Watch& w) { return w.session == s && !w.confirmed; });
+    }
   }
   ss.connected = false;
   return lost;
