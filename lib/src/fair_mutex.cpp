@@ -8,41 +8,44 @@
 namespace zklock {
 
 FairMutex::FairMutex(Client& client, std::string lock_path, MutexOptions options)
-    : client_(&client), path_(std::move(lock_path)), options_(options) {
+    : client_(&client),
+      path_(std::move(lock_path)),
+      options_(options),
+      retained_(std::make_shared<detail::RetainSlot>()) {
   validate_lock_path(path_);
 }
 
-namespace {
-detail::AttemptRequest make_request(const std::string& path, const AcquireOptions& o, LossPolicy p) {
+detail::AttemptRequest FairMutex::make_request(const AcquireOptions& o) const {
   detail::AttemptRequest r;
-  r.lock_path = path;
+  r.lock_path = path_;
   r.mode = Mode::exclusive;
   r.options = o;
-  r.policy = p;
+  r.policy = options_.loss_policy;
+  r.retain = options_.retain;
+  r.slot = retained_;
   return r;
 }
-}  // namespace
 
 Lease FairMutex::acquire(const AcquireOptions& options) {
   return detail::take_lease(
-      detail::LockAttempt::run_blocking(*client_, make_request(path_, options, options_.loss_policy)));
+      detail::LockAttempt::run_blocking(*client_, make_request(options)));
 }
 
 Lease FairMutex::acquire(std::stop_token stop, const AcquireOptions& options) {
-  auto req = make_request(path_, options, options_.loss_policy);
+  auto req = make_request(options);
   req.stop = std::move(stop);
   return detail::take_lease(detail::LockAttempt::run_blocking(*client_, std::move(req)));
 }
 
 std::optional<Lease> FairMutex::try_acquire_for(std::chrono::milliseconds timeout, const AcquireOptions& options) {
-  auto req = make_request(path_, options, options_.loss_policy);
+  auto req = make_request(options);
   req.timeout = std::max(timeout, std::chrono::milliseconds(1));
   return detail::take_lease_unless_timeout(detail::LockAttempt::run_blocking(*client_, std::move(req)));
 }
 
 void FairMutex::acquire_async(AcquireCallback done, const AcquireOptions& options, std::chrono::milliseconds timeout,
                               std::stop_token stop) {
-  auto req = make_request(path_, options, options_.loss_policy);
+  auto req = make_request(options);
   req.timeout = timeout;
   req.stop = std::move(stop);
   detail::start_async(*client_, std::move(req), std::move(done));

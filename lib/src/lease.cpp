@@ -1,5 +1,7 @@
 #include "zklock/lease.hpp"
 
+#include <tuple>
+
 #include "lock_attempt.hpp"
 
 namespace zklock {
@@ -20,35 +22,39 @@ const std::string kEmpty;
 thread_local std::string tl_owner;
 }  // namespace
 
-Lease::Lease(std::shared_ptr<detail::LockAttempt> attempt) : attempt_(std::move(attempt)) {}
+Lease::Lease(std::shared_ptr<detail::LockAttempt> attempt) : attempt_(std::move(attempt)) {
+  if (attempt_) std::tie(grant_, token_) = attempt_->current_grant();
+}
 
 Lease& Lease::operator=(Lease&& other) noexcept {
   if (this != &other) {
     release();
     attempt_ = std::move(other.attempt_);
+    grant_ = other.grant_;
+    token_ = std::move(other.token_);
   }
   return *this;
 }
 
 Lease::~Lease() { release(); }
 
-const FencingToken& Lease::token() const { return attempt_ ? attempt_->token() : kNoToken; }
-bool Lease::valid() const { return attempt_ && attempt_->valid(); }
-bool Lease::suspended() const { return attempt_ && attempt_->suspended(); }
+const FencingToken& Lease::token() const { return attempt_ ? token_ : kNoToken; }
+bool Lease::valid() const { return attempt_ && attempt_->valid(grant_); }
+bool Lease::suspended() const { return attempt_ && attempt_->suspended(grant_); }
 std::optional<LossReason> Lease::loss_reason() const {
-  return attempt_ ? attempt_->loss_reason() : std::nullopt;
+  return attempt_ ? attempt_->loss_reason(grant_) : std::nullopt;
 }
-std::string Lease::loss_detail() const { return attempt_ ? attempt_->loss_detail() : std::string(); }
+std::string Lease::loss_detail() const { return attempt_ ? attempt_->loss_detail(grant_) : std::string(); }
 void Lease::on_lost(std::function<void(LossReason, const std::string&)> cb) {
-  if (attempt_) attempt_->on_lost(std::move(cb));
+  if (attempt_) attempt_->on_lost(grant_, std::move(cb));
 }
-std::stop_token Lease::lost_token() const { return attempt_ ? attempt_->lost_token() : std::stop_token(); }
+std::stop_token Lease::lost_token() const { return attempt_ ? attempt_->lost_token(grant_) : std::stop_token(); }
 void Lease::release() noexcept {
-  if (attempt_) attempt_->release();
+  if (attempt_) attempt_->release(grant_);
 }
 void Lease::release_async(std::function<void()> done) noexcept {
   if (attempt_) {
-    attempt_->release_async(std::move(done));
+    attempt_->release_async(grant_, std::move(done));
   } else if (done) {
     try {
       done();  // nothing to release, and no client to post to

@@ -96,12 +96,20 @@ void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std:
 }
 
 // exists() with a watch; a deletion is fed as `fired` with the request's tag.
-// Any other notification (the data changed) re-arms the watch.
+// Any other notification (the data changed: a retained node re-taken by its
+// owner) re-arms the watch — or, for our own node, goes to the machine
+// (own_changed), which decides whether to watch again.
 void watch_deletion(Client::Impl* impl, std::weak_ptr<LockAttempt> weak, std::uint64_t tag, Kind answered,
                     Kind fired, std::string path) {
   auto on_event = [impl, weak, tag, answered, fired, path](const WatchEvent& e) {
     auto s = weak.lock();
     if (!s) return;
+    if (e.type != WatchEvent::Type::deleted && answered == Kind::own_checked) {
+      MachineEvent ev{Kind::own_changed};
+      ev.tag = tag;
+      s->feed(ev);
+      return;
+    }
     if (e.type != WatchEvent::Type::deleted) {
       watch_deletion(impl, weak, tag, answered, fired, path);
       return;
@@ -118,7 +126,7 @@ void watch_deletion(Client::Impl* impl, std::weak_ptr<LockAttempt> weak, std::ui
 }  // namespace
 
 LockAttempt::LockAttempt(Client& client, AttemptRequest request, Done done)
-    : impl_(client.impl().get()), impl_ref_(client.impl()), req_(std::move(request)), done_(std::move(done)) {
+    : client_(&client), impl_(client.impl().get()), impl_ref_(client.impl()), req_(std::move(request)), done_(std::move(done)) {
   owner_ = !req_.options.owner.empty()        ? req_.options.owner
            : !OwnerScope::current().empty() ? OwnerScope::current()
                                             : client.default_owner();
@@ -137,8 +145,29 @@ LockAttempt::~LockAttempt() {
   if (observer_ != 0) impl_->unobserve(observer_);
 }
 
+RetainSlot::~RetainSlot() {
+  std::shared_ptr<LockAttempt> idle;
+  {
+    std::lock_guard lk(mu);
+    idle = std::move(attempt);
+  }
+  if (idle) idle->end_retention();
+}
+
 void LockAttempt::start(Client& client, AttemptRequest request, Done done) {
   validate_lock_path(request.lock_path);
+  if (request.mode != Mode::exclusive) request.retain = std::chrono::milliseconds::zero();
+  if (auto slot = request.slot.lock(); slot && request.retain > std::chrono::milliseconds::zero()) {
+    std::shared_ptr<LockAttempt> idle;
+    {
+      std::lock_guard lk(slot->mu);
+      idle = std::move(slot->attempt);
+    }
+    if (idle) {
+      if (idle->retake(request, done)) return;
+      idle->end_retention();  // another owner (or not idle any more): it queues normally
+    }
+  }
   auto self = std::make_shared<LockAttempt>(client, std::move(request), std::move(done));
   {
     std::lock_guard lk(g_registry_mu);
@@ -210,7 +239,8 @@ void LockAttempt::begin() {
       self->ensemble_id_ = id;
       self->epoch_ = self->impl_->epoch();
       self->machine_.emplace(MachineConfig{self->req_.mode, self->guid_, self->req_.policy, self->epoch_,
-                                           self->req_.lock_path});
+                                           self->req_.lock_path,
+                                           self->req_.retain > std::chrono::milliseconds::zero()});
       self->execute_locked(self->machine_->start());
     });
   };
@@ -260,7 +290,8 @@ void LockAttempt::execute_locked(LockMachine::Commands cmds) {
     else send_locked(c);
   }
   const auto phase = machine_->phase();
-  const bool over = phase == LockMachine::Phase::failed || phase == LockMachine::Phase::released;
+  const bool over = phase == LockMachine::Phase::failed || phase == LockMachine::Phase::released ||
+                    phase == LockMachine::Phase::ending;
   if (over && !machine_->finished()) keep_alive_while_cleaning();
 }
 
@@ -311,6 +342,30 @@ void LockAttempt::send_locked(const MachineCommand& c) {
     }
     case Cmd::list:
       list_locked(tag);
+      break;
+    case Cmd::list_watch:  // never batched: the children watch is this attempt's
+      impl_->get_children(
+          req_.lock_path,
+          [feed_to, tag](const WatchEvent&) {
+            MachineEvent ev{Kind::children_changed};
+            ev.tag = tag;
+            feed_to(ev);
+          },
+          [feed_to, tag](Status st, std::vector<std::string> children) {
+            MachineEvent ev = answer(Kind::listed, tag, st);
+            if (st.ok()) ev.children = std::move(children);
+            feed_to(ev);
+          });
+      break;
+    case Cmd::touch:  // the node data unchanged, at the expected version
+      impl_->set_data(child_path(c.name), data_, c.version, [feed_to, tag](Status st, const Stat& stat) {
+        MachineEvent ev = answer(Kind::touched, tag, st);
+        if (st.ok()) {
+          ev.mzxid = stat.mzxid;
+          ev.version = stat.version;
+        }
+        feed_to(ev);
+      });
       break;
     case Cmd::read_stats: {
       auto stats = std::make_shared<std::vector<NodeStat>>(c.names.size());
@@ -376,6 +431,9 @@ void LockAttempt::report_locked(const MachineCommand& c) {
       node_path_ = child_path(machine_->node_name());
       const auto parsed = parse_lock_node_name(machine_->node_name());
       token_ = FencingToken(ensemble_id_, c.czxid, parsed ? parsed->sequence : 0);
+      ++grant_;
+      fallback_.reset();
+      if (grant_ > 1) lost_source_ = std::stop_source();  // a re-take: the earlier lease's token stays quiet
       if (timer_ != 0) impl_->cancel(timer_);
       timer_ = 0;
       if (auto done = std::exchange(done_, nullptr)) {
@@ -394,14 +452,38 @@ void LockAttempt::report_locked(const MachineCommand& c) {
       impl_->log->warn("lease on {} ({}) lost: {} — {}", req_.lock_path, token_.str(), loss_reason_name(c.reason),
                        c.message);
       auto cbs = std::exchange(lost_cbs_, {});
-      impl_->post_user([self = shared_from_this(), cbs = std::move(cbs), reason = c.reason, detail = c.message] {
-        self->lost_source_.request_stop();
+      impl_->post_user([src = lost_source_, cbs = std::move(cbs), reason = c.reason, detail = c.message]() mutable {
+        src.request_stop();
         for (auto& cb : cbs) cb(reason, detail);
       });
       break;
     }
     case Cmd::released:
       for (auto& then : std::exchange(release_waiters_, {})) outbox_.push_back(std::move(then));
+      break;
+    case Cmd::retake_void: {
+      // Queue anew: the machine's remove went out first, so a waiter the
+      // re-take's listing found is ahead of our new node.
+      finish_locked();
+      impl_->defer([keep = std::move(pending_self_)] {});
+      auto done = std::exchange(done_, nullptr);
+      auto fallback = std::exchange(fallback_, std::nullopt);
+      impl_->log->debug("re-take of {} void: {}", req_.lock_path, c.message);
+      if (done && fallback) {
+        outbox_.push_back([client = client_, done = std::move(done), fallback = std::move(*fallback)]() mutable {
+          try {
+            LockAttempt::start(*client, std::move(fallback), done);
+          } catch (const Error& e) {
+            done(AcquireResult{Lease(), e});
+          } catch (const std::exception& e) {
+            done(AcquireResult{Lease(), Error(Errc::system_error, e.what())});
+          }
+        });
+      }
+      break;
+    }
+    case Cmd::notice:
+      impl_->log->warn("{}", c.message);
       break;
     default:
       break;
@@ -435,23 +517,91 @@ void LockAttempt::finish_locked() {
 
 // `then` runs once the node is gone (on the thread that learns it). False,
 // and `then` dropped, when the lease was already released.
-bool LockAttempt::start_release(std::function<void()> then) {
+bool LockAttempt::start_release(std::uint64_t grant, std::function<void()> then) {
   bool started = false;
   locked([&] {
-    if (!machine_ || machine_->phase() != LockMachine::Phase::held) return;
+    if (!machine_ || machine_->phase() != LockMachine::Phase::held || grant != grant_) return;
     started = true;
     finish_locked();
     release_waiters_.push_back(std::move(then));
     execute_locked(machine_->step(MachineEvent{Kind::release}));
+    if (machine_->phase() == LockMachine::Phase::retained) retain_locked();
   });
   return started;
 }
 
-void LockAttempt::release() noexcept {
+// REQUIRES mu_. The node stays idle: the retain timer ends the retention
+// unless a re-take comes first; the slot keeps the attempt alive (the slot's
+// lock is taken inside ours here, never the other way round).
+void LockAttempt::retain_locked() {
+  std::weak_ptr<LockAttempt> weak = weak_from_this();
+  retain_timer_ = impl_->schedule_at(Clock::now() + req_.retain, [weak] {
+    if (auto s = weak.lock()) s->feed(MachineEvent{Kind::retain_over});
+  });
+  auto slot = req_.slot.lock();
+  if (!slot) {  // the mutex is gone: nobody can re-take
+    execute_locked(machine_->step(MachineEvent{Kind::retain_over}));
+    return;
+  }
+  std::shared_ptr<LockAttempt> displaced;
+  {
+    std::lock_guard lk(slot->mu);
+    displaced = std::exchange(slot->attempt, shared_from_this());
+  }
+  if (displaced) outbox_.push_back([displaced] { displaced->end_retention(); });
+}
+
+bool LockAttempt::retake(AttemptRequest& fallback, Done& done) {
+  bool taken = false;
+  locked([&] {
+    if (!machine_ || machine_->phase() != LockMachine::Phase::retained) return;
+    const auto& o = fallback.options;
+    const std::string owner = !o.owner.empty()                  ? o.owner
+                              : !OwnerScope::current().empty() ? OwnerScope::current()
+                                                               : client_->default_owner();
+    if (owner != owner_ || o.priority != req_.options.priority || o.description != req_.options.description ||
+        fallback.policy != req_.policy) {
+      return;  // the node's data says who holds it and how: only the same holder re-takes
+    }
+    {
+      std::lock_guard lk(g_registry_mu);
+      if (!g_registry.insert(registry_key(impl_, req_.lock_path, owner_)).second) return;
+      registered_ = true;
+    }
+    taken = true;
+    if (retain_timer_ != 0) impl_->cancel(retain_timer_);
+    retain_timer_ = 0;
+    done_ = std::move(done);
+    fallback_ = std::move(fallback);
+    pending_self_ = shared_from_this();
+    execute_locked(machine_->step(MachineEvent{Kind::retake}));
+  });
+  return taken;
+}
+
+void LockAttempt::end_retention() {
+  locked([&] {
+    if (retain_timer_ != 0) impl_->cancel(retain_timer_);
+    retain_timer_ = 0;
+    if (machine_) execute_locked(machine_->step(MachineEvent{Kind::retain_over}));
+  });
+}
+
+std::pair<std::uint64_t, FencingToken> LockAttempt::current_grant() const {
+  std::lock_guard lk(mu_);
+  return {grant_, token_};
+}
+
+std::stop_token LockAttempt::lost_token(std::uint64_t grant) const {
+  std::lock_guard lk(mu_);
+  return grant == grant_ ? lost_source_.get_token() : std::stop_token();
+}
+
+void LockAttempt::release(std::uint64_t grant) noexcept {
   try {
     auto promise = std::make_shared<std::promise<void>>();
     auto future = promise->get_future();
-    if (!start_release([promise] { promise->set_value(); })) return;
+    if (!start_release(grant, [promise] { promise->set_value(); })) return;
     if (Client::Impl::in_callback()) return;  // never block ZooKeeper's thread
     future.wait_for(impl_->negotiated() + std::chrono::seconds(2));
   } catch (const std::exception& e) {
@@ -461,12 +611,12 @@ void LockAttempt::release() noexcept {
   }
 }
 
-void LockAttempt::release_async(std::function<void()> done) noexcept {
+void LockAttempt::release_async(std::uint64_t grant, std::function<void()> done) noexcept {
   try {
     auto post = [impl = impl_ref_, done = std::move(done)] {
       if (done) impl->post_user(done);
     };
-    if (!start_release(post)) post();
+    if (!start_release(grant, post)) post();
   } catch (const std::exception& e) {
     impl_->log->error("releasing {}: {}", req_.lock_path, e.what());
   } catch (...) {
@@ -474,28 +624,29 @@ void LockAttempt::release_async(std::function<void()> done) noexcept {
   }
 }
 
-bool LockAttempt::valid() const {
+bool LockAttempt::valid(std::uint64_t grant) const {
   std::lock_guard lk(mu_);
-  return machine_ && machine_->holding() && impl_->epoch() == epoch_ && Clock::now() < impl_->valid_until();
+  return grant == grant_ && machine_ && machine_->holding() && impl_->epoch() == epoch_ && Clock::now() < impl_->valid_until();
 }
 
-bool LockAttempt::suspended() const {
+bool LockAttempt::suspended(std::uint64_t grant) const {
   std::lock_guard lk(mu_);
-  return machine_ && machine_->phase() == LockMachine::Phase::held && !loss_ && machine_->suspended();
+  return grant == grant_ && machine_ && machine_->phase() == LockMachine::Phase::held && !loss_ && machine_->suspended();
 }
 
-std::optional<LossReason> LockAttempt::loss_reason() const {
+std::optional<LossReason> LockAttempt::loss_reason(std::uint64_t grant) const {
   std::lock_guard lk(mu_);
-  return loss_;
+  return grant == grant_ ? loss_ : std::nullopt;  // an earlier grant was released cleanly
 }
 
-std::string LockAttempt::loss_detail() const {
+std::string LockAttempt::loss_detail(std::uint64_t grant) const {
   std::lock_guard lk(mu_);
-  return loss_detail_;
+  return grant == grant_ ? loss_detail_ : std::string();
 }
 
-void LockAttempt::on_lost(std::function<void(LossReason, const std::string&)> cb) {
+void LockAttempt::on_lost(std::uint64_t grant, std::function<void(LossReason, const std::string&)> cb) {
   std::lock_guard lk(mu_);
+  if (grant != grant_) return;  // released: never lost
   if (loss_) {
     impl_->post_user([cb = std::move(cb), r = *loss_, d = loss_detail_] { cb(r, d); });
     return;

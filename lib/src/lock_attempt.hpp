@@ -18,6 +18,10 @@
 //      on any other the machine is told the session is over.
 //  (3) While the machine is not finished() after its outcome (a node of ours
 //      may remain), the client's timer thread keeps the attempt alive.
+//  (4) Retained leases: one attempt serves every grant of its node (the
+//      first, then each re-take); `grant_` numbers them and a Lease acts only
+//      on its own grant. An idle retained attempt is owned by its mutex's
+//      RetainSlot; its retain timer holds only a weak reference.
 #pragma once
 
 #include <chrono>
@@ -27,6 +31,7 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "client_impl.hpp"
@@ -35,6 +40,17 @@
 
 namespace zklock::detail {
 
+class LockAttempt;
+
+// Where a mutex keeps its idle retained attempt (at most one). Dropping the
+// slot (the last copy of the mutex) ends the retention: the node is deleted
+// in the background.
+struct RetainSlot {
+  std::mutex mu;
+  std::shared_ptr<LockAttempt> attempt;  // GUARDED_BY(mu)
+  ~RetainSlot();
+};
+
 struct AttemptRequest {
   std::string lock_path;
   Mode mode = Mode::exclusive;
@@ -42,6 +58,9 @@ struct AttemptRequest {
   LossPolicy policy = LossPolicy::tolerant;
   std::chrono::milliseconds timeout{0};  // zero: none
   std::stop_token stop;
+  // Retained leases (exclusive only): zero is off.
+  std::chrono::milliseconds retain{0};
+  std::weak_ptr<RetainSlot> slot;
 };
 
 class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
@@ -57,16 +76,16 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   LockAttempt(Client& client, AttemptRequest request, Done done);
   ~LockAttempt();
 
-  // --- the Lease's view ---
-  const FencingToken& token() const { return token_; }
-  bool valid() const;
-  bool suspended() const;
-  std::optional<LossReason> loss_reason() const;
-  std::string loss_detail() const;
-  void on_lost(std::function<void(LossReason, const std::string&)> cb);
-  std::stop_token lost_token() const { return lost_source_.get_token(); }
-  void release() noexcept;
-  void release_async(std::function<void()> done) noexcept;
+  // --- the Lease's view; `grant` is the lease's grant number (invariant 4) ---
+  std::pair<std::uint64_t, FencingToken> current_grant() const;
+  bool valid(std::uint64_t grant) const;
+  bool suspended(std::uint64_t grant) const;
+  std::optional<LossReason> loss_reason(std::uint64_t grant) const;
+  std::string loss_detail(std::uint64_t grant) const;
+  void on_lost(std::uint64_t grant, std::function<void(LossReason, const std::string&)> cb);
+  std::stop_token lost_token(std::uint64_t grant) const;
+  void release(std::uint64_t grant) noexcept;
+  void release_async(std::uint64_t grant, std::function<void()> done) noexcept;
   const std::string& lock_path() const { return req_.lock_path; }
   const std::string& node_path() const { return node_path_; }
   const std::string& owner() const { return owner_; }
@@ -74,9 +93,17 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
 
   // Feeds one event to the machine and executes its commands (takes mu_).
   void feed(const MachineEvent& ev);
+  // An idle retained node is released for real, in the background.
+  void end_retention();
 
  private:
   void begin();
+  // Retained leases. retake: false (and `done` untouched) unless this
+  // attempt is retained idle for the same owner and options; then `done`
+  // gets the re-take's lease, or the outcome of `fallback` (a normal
+  // acquisition) when the re-take is void.
+  bool retake(AttemptRequest& fallback, Done& done);
+  void retain_locked();  // REQUIRES mu_: the release kept the node; arm the timer, enter the slot
   template <class Fn>
   void locked(Fn fn);                               // fn under mu_; then outbox_, unlocked
   void deliver_locked(Error error);                 // REQUIRES mu_: the outcome is an error
@@ -84,12 +111,13 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   void send_locked(const MachineCommand& c);        // REQUIRES mu_
   void list_locked(std::uint64_t tag);              // REQUIRES mu_: a (batched) listing
   void report_locked(const MachineCommand& c);      // REQUIRES mu_: an outcome
-  bool start_release(std::function<void()> then);
+  bool start_release(std::uint64_t grant, std::function<void()> then);
   void keep_alive_while_cleaning();  // REQUIRES mu_
   void finish_locked();              // REQUIRES mu_: unregisters timer and registry entry
   std::string child_path(const std::string& name) const { return req_.lock_path + "/" + name; }
 
   // --- immutable after construction ---
+  Client* client_;
   Client::Impl* impl_;
   std::shared_ptr<Client::Impl> impl_ref_;
   AttemptRequest req_;
@@ -103,7 +131,10 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   Done done_;                           // GUARDED_BY(mu_)
   std::string ensemble_id_;
   std::string node_path_;               // set when granted
-  FencingToken token_;                  // set when granted
+  FencingToken token_;                  // GUARDED_BY(mu_): set when granted
+  std::uint64_t grant_ = 0;             // GUARDED_BY(mu_): grants so far (invariant 4)
+  std::optional<AttemptRequest> fallback_;  // GUARDED_BY(mu_): a re-take's normal acquisition if void
+  Client::Impl::TimerId retain_timer_ = 0;
   std::optional<LossReason> loss_;      // GUARDED_BY(mu_)
   std::string loss_detail_;
   std::vector<std::function<void(LossReason, const std::string&)>> lost_cbs_;

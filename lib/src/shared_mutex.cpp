@@ -12,7 +12,10 @@ using detail::take_lease;
 using detail::take_lease_unless_timeout;
 
 FairSharedMutex::FairSharedMutex(Client& client, std::string lock_path, MutexOptions options)
-    : client_(&client), path_(std::move(lock_path)), options_(options) {
+    : client_(&client),
+      path_(std::move(lock_path)),
+      options_(options),
+      retained_(std::make_shared<detail::RetainSlot>()) {
   validate_lock_path(path_);
 }
 
@@ -25,6 +28,10 @@ AcquireResult FairSharedMutex::run(Mode mode, std::stop_token stop, std::chrono:
   req.policy = options_.loss_policy;
   req.timeout = timeout;
   req.stop = std::move(stop);
+  if (mode == Mode::exclusive) {  // writers only: a reader never retains
+    req.retain = options_.retain;
+    req.slot = retained_;
+  }
   return detail::LockAttempt::run_blocking(*client_, std::move(req));
 }
 
@@ -37,6 +44,10 @@ void FairSharedMutex::start(Mode mode, AcquireCallback done, const AcquireOption
   req.policy = options_.loss_policy;
   req.timeout = timeout;
   req.stop = std::move(stop);
+  if (mode == Mode::exclusive) {  // writers only: a reader never retains
+    req.retain = options_.retain;
+    req.slot = retained_;
+  }
   detail::start_async(*client_, std::move(req), std::move(done));
 }
 

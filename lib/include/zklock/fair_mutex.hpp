@@ -14,11 +14,29 @@
 // cancelled; timeout (only from acquire_for-style calls that throw);
 // closing; invalid_argument; and ZooKeeper errors (no_auth, ...).
 //
+// Retained leases (MutexOptions::retain, exclusive only; default off):
+//
+//   zklock::FairMutex mutex(client, "/locks/invoice-42", {.retain = 500ms});
+//   zklock::Lease a = mutex.acquire();  // as always
+//   a.release();                        // nobody waits: the node stays idle, no request sent
+//   zklock::Lease b = mutex.acquire();  // re-take: one round trip, b.token() > a.token()
+//
+// A release while nobody is known to wait keeps the node, idle, for up to
+// `retain`; a children watch on the lock ends the retention as soon as
+// someone queues (the node is then deleted at once, with the hand-off), as
+// does the retain time running out. A re-take by the same owner through the
+// same mutex object costs one setData and one listing; if the listing shows
+// any other node, the re-take is void and we queue anew behind it (strict
+// FIFO). Tokens stay strictly increasing in grant order (docs/design.md,
+// "Retained leases"). Another owner queues normally, which ends the
+// retention; so does destroying the last copy of the mutex.
+//
 // Thread-safety: a FairMutex may be shared by threads; each acquisition is
 // independent. The Client must outlive the mutex and its leases.
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -30,7 +48,15 @@ namespace zklock {
 
 struct MutexOptions {
   LossPolicy loss_policy = LossPolicy::tolerant;
+  // Keep a released node idle for this long for a re-take (zero: off).
+  // Exclusive acquisitions only; readers of a FairSharedMutex never retain.
+  std::chrono::milliseconds retain{0};
 };
+
+namespace detail {
+struct RetainSlot;
+struct AttemptRequest;
+}
 
 class FairMutex {
  public:
@@ -52,9 +78,12 @@ class FairMutex {
   const std::string& path() const noexcept { return path_; }
 
  private:
+  detail::AttemptRequest make_request(const AcquireOptions& options) const;
+
   Client* client_;
   std::string path_;
   MutexOptions options_;
+  std::shared_ptr<detail::RetainSlot> retained_;  // the idle retained attempt, if any
 };
 
 }  // namespace zklock

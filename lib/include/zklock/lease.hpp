@@ -20,11 +20,17 @@
 // suspended(): valid() stays true, and if the same session returns in time
 // the lease simply continues.
 //
+// Retained leases (MutexOptions::retain): a re-take reuses the same lock
+// node; each lease still speaks only for its own grant — after release()
+// valid() is false and token() keeps the token it was granted with, even
+// when a later lease re-took the node.
+//
 // Thread-safety: all methods may be called concurrently. on_lost callbacks
 // run on the client's callback thread, once.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -48,7 +54,8 @@ class Lease {
  public:
   Lease() = default;  // holds nothing
   explicit Lease(std::shared_ptr<detail::LockAttempt> attempt);
-  Lease(Lease&&) noexcept = default;
+  Lease(Lease&& other) noexcept
+      : attempt_(std::move(other.attempt_)), grant_(other.grant_), token_(std::move(other.token_)) {}
   Lease& operator=(Lease&& other) noexcept;
   ~Lease();
 
@@ -89,6 +96,8 @@ class Lease {
 
  private:
   std::shared_ptr<detail::LockAttempt> attempt_;
+  std::uint64_t grant_ = 0;  // which grant of the attempt's node this lease is
+  FencingToken token_;
 };
 
 // What a lock request carries besides the lock path.

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -81,6 +82,7 @@ class FairSharedMutex {
   Client* client_;
   std::string path_;
   MutexOptions options_;
+  std::shared_ptr<detail::RetainSlot> retained_;  // the writers' idle retained attempt, if any
 };
 
 }  // namespace zklock

@@ -1,0 +1,223 @@
+// Retained leases (issue 16) against a real ZooKeeper: what a re-take costs
+// (counted by the server), that a waiter is never starved by an idle
+// retained node, that tokens keep increasing, and what happens when the
+// idle node is deleted under us.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <future>
+#include <regex>
+#include <thread>
+
+#include "zk_harness.hpp"
+#include "zklock/fair_mutex.hpp"
+#include "zklock/shared_mutex.hpp"
+
+namespace zklock {
+namespace {
+
+using namespace std::chrono_literals;
+using test::eventually;
+using test::unique_lock_path;
+
+ClientOptions opts_for(const std::string& connect) { return {.connect = connect, .session_timeout = 4s}; }
+ClientOptions shared_opts() { return opts_for(test::shared_server().connect_string()); }
+
+// The server's last zxid, from `srvr`: one per write transaction.
+std::int64_t server_zxid(const test::ZkServer& s) {
+  auto text = test::four_letter_word("127.0.0.1", s.port(), "srvr");
+  if (!text) return -1;
+  std::smatch m;
+  if (!std::regex_search(*text, m, std::regex("Zxid: 0x([0-9a-fA-F]+)"))) return -1;
+  return std::stoll(m[1].str(), nullptr, 16);
+}
+
+std::int64_t requests(test::ZkServer& s) { return s.mntr().counter("zk_packets_received").value_or(0); }
+
+// One session re-taking one lock: each re-take is one write (the setData)
+// and one read (the listing); a release sends nothing. Counted by the
+// server on a server of our own (no other client's traffic).
+TEST(Retain, ReTakeCostsOneWriteAndOneReadAndReleaseNothing) {
+  test::ZkServer server;
+  server.start();
+  Client c(opts_for(server.connect_string()));
+  const auto path = unique_lock_path("retain-cost");
+  FairMutex m(c, path, {.retain = 5s});
+  Lease first = m.acquire();
+  const auto node = first.node_path();
+  FencingToken last = first.token();
+  first.release();
+  ASSERT_TRUE(c.stat(node)) << "a release with nobody waiting keeps the node";
+
+  constexpr int kCycles = 20;
+  std::int64_t acquire_req = 0, release_req = 0, acquire_writes = 0, release_writes = 0;
+  for (int i = 0; i < kCycles; ++i) {
+    const auto r0 = requests(server);
+    const auto z0 = server_zxid(server);
+    Lease l = m.acquire();
+    const auto r1 = requests(server);
+    const auto z1 = server_zxid(server);
+    l.release();
+    const auto r2 = requests(server);
+    const auto z2 = server_zxid(server);
+    EXPECT_EQ(l.node_path(), node) << "a re-take reuses the node";
+    EXPECT_TRUE(l.token() > last) << "cycle " << i;
+    EXPECT_FALSE(l.valid());
+    last = l.token();
+    acquire_req += r1 - r0 - 2;  // less our own srvr and mntr (each counts one)
+    release_req += r2 - r1 - 2;
+    acquire_writes += z1 - z0;
+    release_writes += z2 - z1;
+  }
+  std::printf("[ retain   ] per re-take: %.2f requests, %.2f writes; per release: %.2f requests, %.2f writes\n",
+              double(acquire_req) / kCycles, double(acquire_writes) / kCycles, double(release_req) / kCycles,
+              double(release_writes) / kCycles);
+  EXPECT_EQ(acquire_writes, kCycles);
+  EXPECT_EQ(release_writes, 0);
+  // Two requests per re-take; pings of the idle session may add a few.
+  EXPECT_GE(acquire_req, 2 * kCycles);
+  EXPECT_LE(acquire_req, 2 * kCycles + 3);
+  EXPECT_LE(release_req, 3);
+}
+
+// A released lease speaks only for its own grant, even after a re-take of
+// the same node: not valid, and its token is the one it was granted with.
+TEST(Retain, AnEarlierLeaseStaysReleasedAfterAReTake) {
+  Client c(shared_opts());
+  FairMutex m(c, unique_lock_path("retain-old"), {.retain = 5s});
+  Lease a = m.acquire();
+  const auto ta = a.token();
+  a.release();
+  Lease b = m.acquire();
+  EXPECT_TRUE(b.valid());
+  EXPECT_FALSE(a.valid());
+  EXPECT_EQ(a.token(), ta);
+  EXPECT_TRUE(b.token() > ta);
+  a.release();  // a no-op: must not release b
+  EXPECT_TRUE(b.valid());
+  EXPECT_FALSE(a.loss_reason());
+}
+
+// A waiter arriving while the node is retained idle: the children watch
+// ends the retention at once (one notification, then the release multi).
+TEST(Retain, AWaiterArrivingWhileRetainedIsGrantedWithoutWaitingForTheRetainTime) {
+  Client c1(shared_opts()), c2(shared_opts());
+  const auto path = unique_lock_path("retain-waiter");
+  FairMutex m1(c1, path, {.retain = 60s});
+  FairMutex m2(c2, path);
+  Lease a = m1.acquire();
+  const auto ta = a.token();
+  a.release();
+  ASSERT_EQ(c2.children(path).size(), 1u);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto b = m2.try_acquire_for(10s);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(b);
+  EXPECT_TRUE(b->token() > ta);
+  std::printf("[ retain   ] waiter granted %.1f ms after queueing behind an idle retained node\n",
+              std::chrono::duration<double, std::milli>(waited).count());
+  EXPECT_LT(waited, 2s);  // not the 60 s retain time
+  // The retention is over: the first owner now queues behind the holder.
+  auto again = std::async(std::launch::async, [&] { return m1.acquire(); });
+  EXPECT_EQ(again.wait_for(300ms), std::future_status::timeout);
+  const auto tb = b->token();
+  b->release();
+  Lease c = again.get();
+  EXPECT_TRUE(c.token() > tb);
+}
+
+// A waiter that queues between our release and our re-take: either the
+// children watch ends the retention first, or the re-take's listing sees
+// the waiter and voids itself. Either way we are granted only after it.
+TEST(Retain, AWaiterQueuedBeforeTheReTakeGoesFirst) {
+  Client c1(shared_opts()), c2(shared_opts());
+  const auto path = unique_lock_path("retain-void");
+  FairMutex m1(c1, path, {.retain = 60s});
+  FairMutex m2(c2, path);
+  for (int round = 0; round < 10; ++round) {
+    Lease a = m1.acquire();
+    a.release();
+    std::promise<AcquireResult> waiter;
+    m2.acquire_async([&](AcquireResult r) { waiter.set_value(std::move(r)); });
+    // The waiter's node is in place before we ask again.
+    ASSERT_TRUE(eventually([&] { return c1.children(path).size() >= 1 && c2.children(path).size() >= 1; }, 5s));
+    ASSERT_TRUE(eventually(
+        [&] {
+          for (const auto& n : c1.children(path)) {
+            auto p = parse_lock_node_name(n);
+            if (p && p->owner_key == owner_key(c2.default_owner())) return true;
+          }
+          return false;
+        },
+        5s));
+    auto mine = std::async(std::launch::async, [&] { return m1.acquire(); });
+    auto w = waiter.get_future().get();
+    ASSERT_FALSE(w.error) << w.error->what();
+    EXPECT_EQ(mine.wait_for(100ms), std::future_status::timeout) << "round " << round << ": granted ahead of a waiter";
+    const auto tw = w.lease.token();
+    w.lease.release();
+    Lease b = mine.get();
+    EXPECT_TRUE(b.token() > tw);
+  }
+}
+
+// Our idle node deleted by someone else (an operator, a revocation): the
+// retention ends quietly and the next acquire is a normal one.
+TEST(Retain, AnIdleNodeDeletedByAnotherClientFallsBackToANormalAcquire) {
+  Client c(shared_opts()), admin(shared_opts());
+  const auto path = unique_lock_path("retain-revoked");
+  FairMutex m(c, path, {.retain = 60s});
+  Lease a = m.acquire();
+  const auto node = a.node_path();
+  const auto ta = a.token();
+  a.release();
+  std::promise<Status> p;
+  admin.remove(node, -1, [&p](Status s) { p.set_value(s); });
+  ASSERT_TRUE(p.get_future().get().ok());
+  Lease b = m.acquire();
+  EXPECT_NE(b.node_path(), node);
+  EXPECT_TRUE(b.valid());
+  EXPECT_TRUE(b.token() > ta);
+}
+
+// The session ends while the node is retained idle: nothing is reported
+// (no lease exists), the node goes with the session, and another client is
+// granted.
+TEST(Retain, ClosingTheSessionWhileRetainedFreesTheLock) {
+  const auto path = unique_lock_path("retain-close");
+  Client c2(shared_opts());
+  {
+    Client c1(shared_opts());
+    FairMutex m1(c1, path, {.retain = 60s});
+    Lease a = m1.acquire();
+    a.release();
+    ASSERT_EQ(c2.children(path).size(), 1u);
+  }  // the mutex, then the client: the retention ends, the session closes
+  FairMutex m2(c2, path);
+  auto b = m2.try_acquire_for(5s);
+  ASSERT_TRUE(b);
+  EXPECT_TRUE(b->valid());
+}
+
+// Another owner through the same mutex queues normally and ends the
+// retention; readers of a FairSharedMutex never retain.
+TEST(Retain, AnotherOwnerEndsTheRetentionAndReadersDoNotRetain) {
+  Client c(shared_opts());
+  const auto path = unique_lock_path("retain-owners");
+  FairSharedMutex m(c, path, {.retain = 60s});
+  Lease a = m.acquire({.owner = "alice"});
+  const auto node = a.node_path();
+  a.release();
+  EXPECT_TRUE(c.stat(node));
+  Lease b = m.acquire({.owner = "bob"});
+  EXPECT_NE(b.node_path(), node);
+  EXPECT_FALSE(c.stat(node));
+  b.release();
+  Lease r = m.acquire_shared({.owner = "carol"});
+  const auto rnode = r.node_path();
+  r.release();
+  EXPECT_FALSE(c.stat(rnode)) << "a reader's release deletes its node";
+}
+
+}  // namespace
+}  // namespace zklock
