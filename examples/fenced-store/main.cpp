@@ -1,10 +1,12 @@
 // fenced-store: a command-line key-value store that rejects stale lock holders.
 //
-//   fenced-store [--db PATH] put KEY VALUE --token <ensemble-id>:<czxid>
+//   fenced-store [--db PATH] put KEY VALUE --token <ensemble-id>:<czxid> [--fence NAME]
 //   fenced-store [--db PATH] get KEY
 //
 // The database path comes from --db, else $FENCED_STORE_DB, else
-// ./fenced-store.db. Exit codes follow sysexits(3):
+// ./fenced-store.db. The fence defaults to the key; keys guarded by one lock
+// should name one fence (--fence), so they share one highest token. Exit
+// codes follow sysexits(3):
 //   0  success (get prints the value and a newline on stdout)
 //   64 usage error, including a malformed token
 //   65 put rejected: stale token, or a token from another source ensemble
@@ -31,11 +33,11 @@ constexpr int kExitNoKey = 66;     // EX_NOINPUT
 constexpr int kExitIo = 74;        // EX_IOERR
 
 constexpr const char* kUsage =
-    "usage: fenced-store [--db PATH] put KEY VALUE --token ENSEMBLE-ID:CZXID\n"
+    "usage: fenced-store [--db PATH] put KEY VALUE --token ENSEMBLE-ID:CZXID [--fence NAME]\n"
     "       fenced-store [--db PATH] get KEY";
 
 int run_put(const std::string& db, const std::string& key, const std::string& value,
-            const std::string& token_text) {
+            const std::string& token_text, const std::string& fence) {
   const auto token = zklock::FencingToken::try_parse(token_text);
   if (!token) {
     std::cerr << "fenced-store: malformed token '" << token_text
@@ -43,19 +45,20 @@ int run_put(const std::string& db, const std::string& key, const std::string& va
     return kExitUsage;
   }
   fenced_store::FencedStore store(db);
-  const auto r = store.put(key, value, *token);
+  const auto r = store.put(key, value, *token, fence);
+  const std::string where = fence.empty() || fence == key ? "key " + key : "key " + key + " (fence " + fence + ")";
   using V = fenced_store::PutResult::Verdict;
   switch (r.verdict) {
     case V::accepted:
       return kExitOk;
     case V::stale:
-      std::cerr << "fenced-store: rejected stale token " << token->str() << " for key " << key
+      std::cerr << "fenced-store: rejected stale token " << token->str() << " for " << where
                 << ": highest seen " << r.stored.str() << "\n";
       return kExitRejected;
     case V::foreign_source:
-      std::cerr << "fenced-store: rejected token " << token->str() << " for key " << key
+      std::cerr << "fenced-store: rejected token " << token->str() << " for " << where
                 << ": it comes from ensemble " << token->ensemble_id()
-                << " but the key is fenced by ensemble " << r.stored.ensemble_id()
+                << " but it is fenced by ensemble " << r.stored.ensemble_id()
                 << " (highest seen " << r.stored.str() << ")\n";
       return kExitRejected;
   }
@@ -90,11 +93,14 @@ int main(int argc, char** argv) {
   app.add_option("--db", db, "SQLite database file (default ./fenced-store.db)")
       ->envname("FENCED_STORE_DB");
 
-  std::string key, value, token;
+  std::string key, value, token, fence;
   auto* put = app.add_subcommand("put", "Write VALUE under KEY if TOKEN passes the key's fence");
   put->add_option("KEY", key, "Key")->required();
   put->add_option("VALUE", value, "Value")->required();
   put->add_option("--token", token, "Fencing token, <ensemble-id>:<czxid>")->required();
+  put->add_option("--fence", fence,
+                  "Fence the token is checked against and raises (default: KEY). Give every key that "
+                  "one lock guards the same fence");
   auto* get = app.add_subcommand("get", "Print the value stored under KEY");
   get->add_option("KEY", key, "Key")->required();
 
@@ -107,7 +113,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (*put) return run_put(db, key, value, token);
+    if (*put) return run_put(db, key, value, token, fence);
     return run_get(db, key);
   } catch (const std::exception& e) {
     std::cerr << "fenced-store: " << e.what() << "\n";

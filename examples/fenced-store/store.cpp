@@ -25,13 +25,34 @@ constexpr const char* kSchema =
     "  source TEXT NOT NULL"       // ensemble id of that token
     ") WITHOUT ROWID";
 
-// The whole enforcement: one statement, atomic in SQLite.
-constexpr const char* kPut =
-    "INSERT INTO kv (key, value, fence, source) VALUES (?1, ?2, ?3, ?4) "
-    "ON CONFLICT (key) DO UPDATE SET value = excluded.value, fence = excluded.fence "
-    "WHERE excluded.fence >= kv.fence AND excluded.source = kv.source";
+// One fence per lock: every key the lock guards names the same fence, and all
+// of them share its highest token.
+constexpr const char* kFencesSchema =
+    "CREATE TABLE IF NOT EXISTS fences ("
+    "  name   TEXT PRIMARY KEY NOT NULL,"
+    "  fence  INTEGER NOT NULL,"   // czxid of the highest token admitted
+    "  source TEXT NOT NULL"       // ensemble id of that token
+    ") WITHOUT ROWID";
 
-constexpr const char* kFenceOf = "SELECT fence, source FROM kv WHERE key = ?1";
+// A database written before fences existed kept each key's token in its row:
+// that row is the key's own fence (the default fence name is the key).
+constexpr const char* kSeedFence =
+    "INSERT OR IGNORE INTO fences (name, fence, source) SELECT key, fence, source FROM kv WHERE key = ?1";
+
+// The check, and the raise of the fence, in one statement: 1 row changed
+// when the token passes.
+constexpr const char* kRaiseFence =
+    "INSERT INTO fences (name, fence, source) VALUES (?1, ?2, ?3) "
+    "ON CONFLICT (name) DO UPDATE SET fence = excluded.fence "
+    "WHERE excluded.fence >= fences.fence AND excluded.source = fences.source";
+
+// Runs only after the fence passed, in the same transaction.
+constexpr const char* kWrite =
+    "INSERT INTO kv (key, value, fence, source) VALUES (?1, ?2, ?3, ?4) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value, fence = excluded.fence, "
+    "source = excluded.source";
+
+constexpr const char* kFenceOf = "SELECT fence, source FROM fences WHERE name = ?1";
 constexpr const char* kGet = "SELECT value FROM kv WHERE key = ?1";
 
 struct StmtDeleter {
@@ -61,6 +82,7 @@ FencedStore::FencedStore(const std::string& path) : path_(path) {
     exec("BEGIN IMMEDIATE");
     try {
       exec(kSchema);
+      exec(kFencesSchema);
       exec("COMMIT");
     } catch (...) {
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -113,33 +135,48 @@ void FencedStore::exec(const char* sql) {
 }
 
 PutResult FencedStore::put(std::string_view key, std::string_view value,
-                           const zklock::FencingToken& token) {
+                           const zklock::FencingToken& token, std::string_view fence) {
+  if (fence.empty()) fence = key;
   auto fail = [&](const char* what) {
     return Error(Errc::io_error, "database '" + path_ + "': " + what + ": " + sqlite3_errmsg(db_));
   };
-  // IMMEDIATE takes the write lock up front, so the rejection we report is
-  // the one our statement saw (no writer can slip in before the SELECT).
+  auto prepare = [&](const char* sql, const char* what) {
+    sqlite3_stmt* raw = nullptr;
+    if (sqlite3_prepare_v2(db_, sql, -1, &raw, nullptr) != SQLITE_OK) throw fail(what);
+    return Stmt(raw);
+  };
+  auto bind_text = [](const Stmt& s, int i, std::string_view t) {
+    sqlite3_bind_text(s.get(), i, t.data(), static_cast<int>(t.size()), SQLITE_STATIC);
+  };
+  // IMMEDIATE takes the write lock up front: the fence check, the raise and
+  // the write are one step for every other writer of this database.
   exec("BEGIN IMMEDIATE");
   try {
-    sqlite3_stmt* raw = nullptr;
-    if (sqlite3_prepare_v2(db_, kPut, -1, &raw, nullptr) != SQLITE_OK) throw fail("prepare put");
-    Stmt put(raw);
-    sqlite3_bind_text(raw, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
-    sqlite3_bind_blob(raw, 2, value.data(), static_cast<int>(value.size()), SQLITE_STATIC);
-    sqlite3_bind_int64(raw, 3, token.czxid());
-    sqlite3_bind_text(raw, 4, token.ensemble_id().data(), static_cast<int>(token.ensemble_id().size()),
-                      SQLITE_STATIC);
-    if (sqlite3_step(raw) != SQLITE_DONE) throw fail("put");
+    {
+      auto seed = prepare(kSeedFence, "prepare seed");
+      bind_text(seed, 1, fence);
+      if (sqlite3_step(seed.get()) != SQLITE_DONE) throw fail("seed fence");
+    }
+    auto raise = prepare(kRaiseFence, "prepare fence");
+    bind_text(raise, 1, fence);
+    sqlite3_bind_int64(raise.get(), 2, token.czxid());
+    bind_text(raise, 3, token.ensemble_id());
+    if (sqlite3_step(raise.get()) != SQLITE_DONE) throw fail("fence");
     PutResult result;
     if (sqlite3_changes(db_) == 1) {
+      auto write = prepare(kWrite, "prepare put");
+      bind_text(write, 1, key);
+      sqlite3_bind_blob(write.get(), 2, value.data(), static_cast<int>(value.size()), SQLITE_STATIC);
+      sqlite3_bind_int64(write.get(), 3, token.czxid());
+      bind_text(write, 4, token.ensemble_id());
+      if (sqlite3_step(write.get()) != SQLITE_DONE) throw fail("put");
       result.stored = token;
     } else {
-      if (sqlite3_prepare_v2(db_, kFenceOf, -1, &raw, nullptr) != SQLITE_OK) throw fail("prepare read");
-      Stmt read(raw);
-      sqlite3_bind_text(raw, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
-      if (sqlite3_step(raw) != SQLITE_ROW) throw fail("read fence after a rejected put");
-      const auto* source = reinterpret_cast<const char*>(sqlite3_column_text(raw, 1));
-      result.stored = zklock::FencingToken(source ? source : "", sqlite3_column_int64(raw, 0));
+      auto read = prepare(kFenceOf, "prepare read");
+      bind_text(read, 1, fence);
+      if (sqlite3_step(read.get()) != SQLITE_ROW) throw fail("read fence after a rejected put");
+      const auto* source = reinterpret_cast<const char*>(sqlite3_column_text(read.get(), 1));
+      result.stored = zklock::FencingToken(source ? source : "", sqlite3_column_int64(read.get(), 0));
       result.verdict = result.stored.ensemble_id() == token.ensemble_id()
                            ? PutResult::Verdict::stale
                            : PutResult::Verdict::foreign_source;

@@ -1,17 +1,23 @@
 // FencedStore: a key-value table in SQLite that enforces fencing tokens itself.
 //
-// Each row remembers the token of the write that produced it: `fence` (the
-// czxid) and `source` (the ensemble id). A put is one conditional statement,
-// so the check and the write cannot be separated by another writer:
+// The fence belongs to what the lock protects, not to one key: every put
+// names a fence (by default its key), and all keys that name the same fence
+// share one highest token, kept in the `fences` table. A put checks and
+// raises its fence and writes its key in one IMMEDIATE transaction, so no
+// other writer comes between the check and the write:
 //
-//   INSERT INTO kv (key, value, fence, source) VALUES (?1, ?2, ?3, ?4)
-//   ON CONFLICT (key) DO UPDATE SET value = excluded.value, fence = excluded.fence
-//     WHERE excluded.fence >= kv.fence AND excluded.source = kv.source
+//   INSERT INTO fences (name, fence, source) VALUES (?1, ?2, ?3)
+//   ON CONFLICT (name) DO UPDATE SET fence = excluded.fence
+//     WHERE excluded.fence >= fences.fence AND excluded.source = fences.source;
+//   -- 1 row changed: the token passed; then
+//   INSERT INTO kv ... ON CONFLICT (key) DO UPDATE SET value = ..., fence = ..., source = ...
 //
-// A new key takes any token, and that first accepted write fixes the key's
-// source. Later writes need the same source and a fence at least the stored
-// one (equal: the same holder writing again). Whether the row changed
-// (sqlite3_changes) is the verdict.
+// A new fence takes any token, and that first accepted write fixes its
+// source. Later writes need the same source and a czxid at least the fence's
+// (equal: the same holder writing again). Why per lock: when one lock guards
+// an account's balance and its history, a paused former holder must not
+// write the history after the new holder wrote only the balance. Each kv row
+// still records the token that wrote it.
 //
 // Several processes may use one database file at once: WAL mode, a busy
 // timeout, and BEGIN IMMEDIATE around each put. synchronous=FULL, because a
@@ -34,8 +40,8 @@ namespace fenced_store {
 struct PutResult {
   enum class Verdict { accepted, stale, foreign_source };
   Verdict verdict = Verdict::accepted;
-  // The key's token after the put: the presented one when accepted, the one
-  // that caused the rejection otherwise.
+  // The fence's token after the put: the presented one when accepted, the
+  // one that caused the rejection otherwise.
   zklock::FencingToken stored;
   explicit operator bool() const noexcept { return verdict == Verdict::accepted; }
 };
@@ -49,9 +55,11 @@ class FencedStore {
   FencedStore(const FencedStore&) = delete;
   FencedStore& operator=(const FencedStore&) = delete;
 
-  // Writes value under key if the token passes the fence (see above).
-  // Throws zklock::Error(io_error) on a database failure.
-  PutResult put(std::string_view key, std::string_view value, const zklock::FencingToken& token);
+  // Writes value under key if the token passes `fence` (empty: the key
+  // itself), raising the fence (see above). On a rejection, `stored` is the
+  // fence's token. Throws zklock::Error(io_error) on a database failure.
+  PutResult put(std::string_view key, std::string_view value, const zklock::FencingToken& token,
+                std::string_view fence = {});
   // The key's value, or nullopt when there is no such key.
   std::optional<std::string> get(std::string_view key);
 

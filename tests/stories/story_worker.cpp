@@ -25,9 +25,11 @@
 //                       --acquire-timeout; "cancel" stops it)
 //      cancel           fire the stop_token of the pending acquisition
 //      check            report valid()/suspended()/loss of the current lease
-//      write KEY VALUE  report valid() and then write VALUE with the lease's
+//      write KEY VALUE [FENCE]
+//                       report valid() and then write VALUE with the lease's
 //                       token through fenced-store (whatever valid() said: the
-//                       store, not the client, is what must refuse it)
+//                       store, not the client, is what must refuse it);
+//                       FENCE is passed as --fence (one fence per lock)
 //      release          release the current lease
 //      rss              report the resident set size
 //      exit             release everything and exit 0
@@ -168,9 +170,9 @@ struct WriteOutcome {
   std::string message;  // the store's stderr, first line
 };
 
-// Runs `fenced-store --db DB put KEY VALUE --token T`, capturing stderr.
+// Runs `fenced-store --db DB put KEY VALUE --token T [--fence F]`, capturing stderr.
 WriteOutcome store_put(const std::string& db, const std::string& key, const std::string& value,
-                       const std::string& token) {
+                       const std::string& token, const std::string& fence = {}) {
   int err_pipe[2];
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) return {-1, std::string("pipe: ") + std::strerror(errno)};
   posix_spawn_file_actions_t fa;
@@ -178,6 +180,10 @@ WriteOutcome store_put(const std::string& db, const std::string& key, const std:
   posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   std::vector<std::string> args = {FENCED_STORE_BIN, "--db", db, "put", key, value, "--token", token};
+  if (!fence.empty()) {
+    args.push_back("--fence");
+    args.push_back(fence);
+  }
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
@@ -313,9 +319,9 @@ class Worker {
       } else if (cmd == "check") {
         check(current);
       } else if (cmd == "write") {
-        std::string key, value;
-        in >> key >> value;
-        write(current, key, value);
+        std::string key, value, fence;
+        in >> key >> value >> fence;
+        write(current, key, value, fence);
       } else if (cmd == "release") {
         release(current);
       } else if (cmd == "rss") {
@@ -432,20 +438,21 @@ class Worker {
                       " state=" + std::string(zklock::state_name(client_->state())));
   }
 
-  void write(const std::shared_ptr<Slot>& s, const std::string& key, const std::string& value) {
+  void write(const std::shared_ptr<Slot>& s, const std::string& key, const std::string& value,
+             const std::string& fence = {}) {
     if (!s || !s->lease) {
       emit("write", "key=" + key + " value=" + value + " token=none valid_before=0 rc=-1 msg=no lease");
       return;
     }
-    write_with(s->lease, s->lease.token().str(), key, value);
+    write_with(s->lease, s->lease.token().str(), key, value, fence);
   }
 
   void write_with(const zklock::Lease& lease, const std::string& token, const std::string& key,
-                  const std::string& value) {
+                  const std::string& value, const std::string& fence = {}) {
     // valid() is read before the write is issued and reported with it; the
     // write goes out regardless, so the store's verdict is what is tested.
     const bool valid = lease.valid();
-    auto out = store_put(args_.db, key, value, token);
+    auto out = store_put(args_.db, key, value, token, fence);
     emit("write", "key=" + key + " value=" + value + " token=" + token +
                       " valid_before=" + (valid ? "1" : "0") + " rc=" + std::to_string(out.rc) +
                       " msg=" + out.message);

@@ -37,7 +37,12 @@ namespace zklock::test {
 // reads waits for its rest. Server-to-client bytes pass as they come.
 class FaultProxy {
  public:
-  explicit FaultProxy(int target_port) : target_(target_port) {
+  // How client-to-server bytes are forwarded: in ZooKeeper client frames
+  // (what cut_on_request needs), or raw as they come (any other protocol,
+  // e.g. a server's quorum and election ports; cut_on_request never fires).
+  enum class Framing { zookeeper, raw };
+  explicit FaultProxy(int target_port, Framing framing = Framing::zookeeper)
+      : target_(target_port), raw_(framing == Framing::raw) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
     ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -68,6 +73,14 @@ class FaultProxy {
   FaultProxy& operator=(const FaultProxy&) = delete;
 
   std::string connect_string() const { return "127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+  // Blackholes the link both ways: open connections stay open and new ones
+  // are accepted, but no byte passes (a partition the peers notice only by
+  // their own timeouts).
+  void blackhole(bool on) {
+    std::lock_guard lk(mu_);
+    drop_requests_ = drop_replies_ = on;
+  }
   void drop_replies(bool on) { set(drop_replies_, on); }
   void drop_requests(bool on) { set(drop_requests_, on); }
   void refuse(bool on) { set(refuse_, on); }
@@ -270,13 +283,14 @@ class FaultProxy {
         if (c >= 0) {
           const int s = refuse ? -1 : connect_target();
           if (s < 0) ::close(c);
-          else pairs_.push_back({c, s});
+          else pairs_.push_back({c, s, {}, false, !raw_});
         }
       }
     }
   }
 
   const int target_;
+  const bool raw_;
   int port_ = 0;
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};

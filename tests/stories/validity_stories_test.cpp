@@ -1,0 +1,291 @@
+// Issue 15's stories: a validity bound that holds in a real ensemble, loss
+// reported on every path, and one fence per lock.
+//
+//   V1  a 3-server ensemble; the holder talks to one follower only; that
+//       follower is cut off from the other two (its quorum and election links
+//       blackholed through fault proxies) and keeps answering reads. The
+//       majority expires the holder's session and grants a waiter: the
+//       holder's valid() was false before that grant, and on_lost fired once.
+//   V2  a holder process frozen (SIGSTOP) across its bound, for less than the
+//       session timeout: on SIGCONT the same session is back, and the lease is
+//       lost (validity_expired), reported once, never valid again.
+//   V3  one lock guards two keys of one fence; the holder is frozen past its
+//       session, the successor writes one key, the thawed former holder's
+//       write to the other key is refused (exit 65).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+
+#include "fault_proxy.hpp"
+#include "story_support.hpp"
+#include "zklock/client.hpp"
+#include "zklock/fair_mutex.hpp"
+
+namespace zklock::stories {
+namespace {
+
+using test::FaultProxy;
+using test::ZkHandle;
+using test::ZkServer;
+using test::ZkServerOptions;
+
+const bool kQuietZkLog = (zoo_set_debug_level(ZOO_LOG_LEVEL_WARN), true);
+
+template <typename... Args>
+void report(const char* fmt, Args... args) {
+  std::printf("[story] ");
+  std::printf(fmt, args...);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+WorkerConfig config(const std::string& name, const std::string& connect, const std::string& lock,
+                    const std::string& db, int session_ms) {
+  WorkerConfig c;
+  c.name = name;
+  c.connect = connect;
+  c.lock = lock;
+  c.db = db;
+  c.session_timeout_ms = session_ms;
+  return c;
+}
+
+// Three servers; every quorum and election link between member 2 and the
+// others passes through a raw FaultProxy, so isolate() cuts member 2 off while
+// its client port keeps serving. Members 0 and 1 start first and elect a
+// leader between them, so member 2 joins as a follower. syncLimit is long
+// (40 ticks = 8 s): the cut-off follower keeps answering reads that long.
+class PartitionableEnsemble {
+ public:
+  static constexpr int kIsolated = 2;
+
+  PartitionableEnsemble() {
+    int quorum[3], election[3], client[3];
+    for (int i = 0; i < 3; ++i) {
+      quorum[i] = test::free_loopback_port();
+      election[i] = test::free_loopback_port();
+      client[i] = test::free_loopback_port();
+    }
+    auto line = [](int id, int q, int e) {
+      return "server." + std::to_string(id) + "=127.0.0.1:" + std::to_string(q) + ":" + std::to_string(e);
+    };
+    auto proxy = [&](int port) {
+      proxies_.push_back(std::make_unique<FaultProxy>(port, FaultProxy::Framing::raw));
+      return proxies_.back()->port();
+    };
+    // The others reach member 2 through proxies; member 2 reaches them through proxies.
+    const int q2 = proxy(quorum[kIsolated]), e2 = proxy(election[kIsolated]);
+    std::vector<std::string> others_view = {line(1, quorum[0], election[0]), line(2, quorum[1], election[1]),
+                                            line(3, q2, e2)};
+    std::vector<std::string> isolated_view = {line(1, proxy(quorum[0]), proxy(election[0])),
+                                              line(2, proxy(quorum[1]), proxy(election[1])),
+                                              line(3, quorum[kIsolated], election[kIsolated])};
+    for (int i = 0; i < 3; ++i) {
+      ZkServerOptions o;
+      o.my_id = i + 1;
+      o.port = client[i];
+      o.server_lines = i == kIsolated ? isolated_view : others_view;
+      o.extra_config = {"syncLimit=40"};
+      members_.push_back(std::make_unique<ZkServer>(o));
+    }
+  }
+
+  void start() {
+    members_[0]->launch();
+    members_[1]->launch();
+    const auto deadline = test::Clock::now() + 60s;
+    members_[0]->wait_ready(deadline);
+    members_[1]->wait_ready(deadline);
+    members_[kIsolated]->launch();
+    members_[kIsolated]->wait_ready(deadline);
+  }
+  void isolate(bool on) {
+    for (auto& p : proxies_) p->blackhole(on);
+  }
+  ZkServer& member(int i) { return *members_.at(static_cast<std::size_t>(i)); }
+  std::string majority_connect() const { return members_[0]->connect_string() + "," + members_[1]->connect_string(); }
+
+ private:
+  std::vector<std::unique_ptr<FaultProxy>> proxies_;  // outlive the servers (declared first)
+  std::vector<std::unique_ptr<ZkServer>> members_;
+};
+
+std::string mode_of(ZkServer& s) {
+  auto srvr = test::four_letter_word("127.0.0.1", s.port(), "srvr", 1000ms).value_or("");
+  if (srvr.find("Mode: leader") != std::string::npos) return "leader";
+  if (srvr.find("Mode: follower") != std::string::npos) return "follower";
+  return "none";
+}
+
+// ---------------------------------------------------------------------------
+TEST(ValidityStories, V1_FollowerCutOffFromTheLeader) {
+  PartitionableEnsemble ens;
+  ens.start();
+  auto& follower = ens.member(PartitionableEnsemble::kIsolated);
+  ASSERT_EQ(mode_of(follower), "follower");
+  const std::string lock = test::unique_lock_path("v1");
+
+  ClientOptions ho;
+  ho.connect = follower.connect_string();  // one follower only
+  ho.session_timeout = 2000ms;
+  Client holder_client(ho);
+  FairMutex holder_mutex(holder_client, lock);
+  Lease held = holder_mutex.acquire();
+  std::atomic<int> lost_count{0};
+  std::atomic<std::int64_t> lost_at{0};
+  std::string lost_reason;
+  std::mutex mu;
+  std::condition_variable cv;
+  held.on_lost([&](LossReason r, const std::string&) {
+    std::lock_guard lk(mu);
+    lost_reason = std::string(loss_reason_name(r));
+    lost_at = mono_us();
+    ++lost_count;
+    cv.notify_all();
+  });
+
+  ClientOptions wo;
+  wo.connect = ens.majority_connect();
+  wo.session_timeout = 2000ms;
+  Client waiter_client(wo);
+  FairMutex waiter_mutex(waiter_client, lock);
+  bool granted = false, holder_valid_at_grant = true;
+  std::int64_t granted_at = 0;
+  Lease waiter_lease;
+  waiter_mutex.acquire_async([&](AcquireResult r) {
+    std::lock_guard lk(mu);
+    holder_valid_at_grant = held.valid();  // read at the grant, before anything else
+    granted_at = mono_us();
+    granted = !r.error.has_value();
+    waiter_lease = std::move(r.lease);
+    cv.notify_all();
+  });
+  // The waiter is queued behind the holder before the cut.
+  auto probe = ZkHandle::connect(ens.majority_connect());
+  ASSERT_TRUE(eventually([&] {
+    std::vector<std::string> kids;
+    return probe.children(lock, &kids) == ZOK && kids.size() == 2;
+  }, 10000ms));
+
+  const auto cut_at = mono_us();
+  ens.isolate(true);
+  // The cut-off follower still answers reads (the old heartbeat would have
+  // kept the bound moving): check it does while the majority moves on.
+  {
+    std::unique_lock lk(mu);
+    ASSERT_TRUE(cv.wait_for(lk, 15s, [&] { return granted; })) << "the majority never granted the waiter";
+  }
+  const bool follower_still_answers = test::four_letter_word("127.0.0.1", follower.port(), "ruok", 500ms).has_value() &&
+                                      mode_of(follower) == "follower";
+  {
+    std::unique_lock lk(mu);
+    ASSERT_TRUE(cv.wait_for(lk, 5s, [&] { return lost_count.load() > 0; })) << "on_lost never fired";
+  }
+  EXPECT_FALSE(holder_valid_at_grant) << "the holder's valid() was still true when the waiter was granted";
+  EXPECT_LE(lost_at.load(), granted_at) << "on_lost fired only after the waiter was granted";
+  EXPECT_EQ(lost_reason, "validity_expired");
+  EXPECT_FALSE(held.valid());
+
+  // Heal: the follower rejoins, the holder's session is found expired; still one loss.
+  ens.isolate(false);
+  ASSERT_TRUE(eventually([&] { return holder_client.session_epoch() >= 2; }, 30000ms))
+      << "the holder's client never learned that its session expired";
+  EXPECT_EQ(lost_count.load(), 1);
+  EXPECT_FALSE(held.valid());
+  report("V1 follower cut off: waiter granted %.0f ms after the cut; holder lost (%s) %.0f ms after the cut, "
+         "%.0f ms before the grant; follower still serving at the grant: %s; on_lost fired %d time(s)",
+         ms_between(cut_at, granted_at), lost_reason.c_str(), ms_between(cut_at, lost_at.load()),
+         ms_between(lost_at.load(), granted_at), follower_still_answers ? "yes" : "no", lost_count.load());
+}
+
+// ---------------------------------------------------------------------------
+// A freeze across the bound that the session survives. Session timeout 4 s:
+// the bound is at most ~0.57 of it ahead of the last heartbeat, the server
+// expires no sooner than ~0.67 of it after the freeze (heartbeats every third).
+TEST(ValidityStories, V2_FreezeAcrossTheBoundSessionSurvives) {
+  auto& zk = test::shared_server();
+  TempDir dir;
+  const std::string db = (dir / "store.db").string();
+  const std::string lock = test::unique_path("v2");
+  constexpr int kSessionMs = 4000;
+  Event ready_a;
+  auto a = StoryWorker::start(config("A", zk.connect_string(), lock, db, kSessionMs));
+  ready_a = a.expect("ready", 20000ms);
+  auto b = StoryWorker::start(config("B", zk.connect_string(), lock, db, kSessionMs));
+  b.expect("ready", 20000ms);
+  a.send("acquire");
+  a.expect("acquired", 10000ms);
+  b.send("acquire");
+  auto probe = ZkHandle::connect(zk.connect_string());
+  ASSERT_TRUE(eventually([&] {
+    std::vector<std::string> kids;
+    return probe.children(lock, &kids) == ZOK && kids.size() == 2;
+  }, 10000ms));
+
+  const int pause_ms = kSessionMs * 62 / 100;
+  a.signal(SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));  // the story is the pause itself
+  const auto resumed = mono_us();
+  a.signal(SIGCONT);
+  const auto lost = a.expect("lost", 5000ms);
+  EXPECT_EQ(lost.get("reason"), "validity_expired") << lost.raw;
+  a.send("check");
+  const auto chk = a.expect("check", 5000ms);
+  EXPECT_EQ(chk.get("valid"), "0") << chk.raw;
+  EXPECT_EQ(chk.get("session"), ready_a.get("session")) << "the session was expected to survive the freeze";
+  // (B's grant is the recipe's business: its machine gives the node up on a
+  // loss only at the next reconnect, not while connected; see issue 15's notes.)
+  // Two more heartbeat rounds later: still lost, never valid again, lost once.
+  std::this_thread::sleep_for(std::chrono::milliseconds(kSessionMs));
+  a.send("check");
+  const auto later = a.expect("check", 5000ms);
+  EXPECT_EQ(later.get("valid"), "0") << later.raw;
+  EXPECT_EQ(later.get("session"), ready_a.get("session"));
+  int lost_lines = 0;
+  for (const auto& e : a.events()) lost_lines += e.kind == "lost";
+  EXPECT_EQ(lost_lines, 1);
+  report("V2 freeze across the bound (%d ms, session %d ms): lost (%s) %.0f ms after SIGCONT, same session %s, "
+         "still invalid %d ms later, %d loss report(s)",
+         pause_ms, kSessionMs, lost.get("reason").c_str(), ms_between(resumed, lost.t_us),
+         ready_a.get("session").c_str(), kSessionMs, lost_lines);
+}
+
+// ---------------------------------------------------------------------------
+TEST(ValidityStories, V3_OneFenceForTwoKeysOfOneLock) {
+  auto& zk = test::shared_server();
+  TempDir dir;
+  const std::string db = (dir / "store.db").string();
+  const std::string lock = test::unique_path("v3");
+  auto a = StoryWorker::start(config("A", zk.connect_string(), lock, db, 1000));
+  a.expect("ready", 20000ms);
+  auto b = StoryWorker::start(config("B", zk.connect_string(), lock, db, 1000));
+  b.expect("ready", 20000ms);
+  a.send("acquire");
+  const auto acq_a = a.expect("acquired", 10000ms);
+  a.send("write balance 100 account-7");
+  EXPECT_EQ(a.expect("write", 10000ms).get("rc"), "0");
+  a.send("write history deposit-100 account-7");
+  EXPECT_EQ(a.expect("write", 10000ms).get("rc"), "0");
+  b.send("acquire");
+
+  a.signal(SIGSTOP);  // past its session: B is granted
+  const auto acq_b = b.expect("acquired", 10000ms);
+  b.send("write balance 50 account-7");  // B touches only the balance
+  EXPECT_EQ(b.expect("write", 10000ms).get("rc"), "0");
+
+  a.send("write history withdraw-100 account-7");  // read the instant A resumes
+  a.signal(SIGCONT);
+  const auto w = a.expect("write", 10000ms);
+  EXPECT_EQ(w.get("rc"), "65") << w.raw;
+  EXPECT_NE(w.get("msg").find("fence account-7"), std::string::npos) << w.raw;
+  EXPECT_NE(w.get("msg").find("highest seen " + acq_b.get("token")), std::string::npos) << w.raw;
+  EXPECT_EQ(store_get(db, "history"), std::optional<std::string>("deposit-100"));
+  EXPECT_EQ(store_get(db, "balance"), std::optional<std::string>("50"));
+  report("V3 one fence, two keys: A (%s) thawed and wrote the key B never touched: exit %s '%s'",
+         acq_a.get("token").c_str(), w.get("rc").c_str(), w.get("msg").c_str());
+}
+
+}  // namespace
+}  // namespace zklock::stories
