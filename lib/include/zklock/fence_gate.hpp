@@ -7,8 +7,12 @@
 // token that came with the lock. FenceGate is that check for a service of your
 // own: call admit() on every write, and apply the write only when it says so.
 //
-// Per resource (any non-empty name the service chooses: a key, a table, a
-// file), the gate remembers the highest token it has admitted, the "mark".
+// Per fence (any non-empty name the service chooses), the gate remembers the
+// highest token it has admitted, the "mark". A fence is what one lock
+// protects: when a lock guards several items (an account's balance and its
+// history), admit every write to any of them under the same fence name, so a
+// paused former holder is refused even on the items the new holder has not
+// written yet. (The parameter is called `resource` below: it is the fence.)
 // admit() then decides, atomically with respect to every other admit():
 //   - no mark yet:                       admitted; the token becomes the mark
 //                                        and fixes the resource's source ensemble
