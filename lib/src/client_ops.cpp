@@ -5,6 +5,7 @@
 #include <random>
 
 #include "client_impl.hpp"
+#include "zklock/protocol/paths.hpp"
 #include "zklock/token.hpp"
 
 namespace zklock {
@@ -466,7 +467,7 @@ std::string new_uuid() {
   }
   return s;
 }
-constexpr const char* kEnsembleIdPath = "/zklock/ensemble-id";
+const std::string kEnsembleIdPath(protocol::kEnsembleIdPath);
 }  // namespace
 
 void Client::Impl::ensemble_id_async(std::function<void(Status, const std::string&)> done) {
@@ -492,7 +493,7 @@ void Client::Impl::read_ensemble_id(std::uint64_t ep, int attempts_left,
       if (!is_uuid(data)) {
         const std::string shown = data.size() > 64 ? data.substr(0, 64) + "..." : data;
         log->error("{} holds '{}', not a UUID (see docs/protocol.md)", kEnsembleIdPath, shown);
-        (*done)(Status::own_error(Errc::protocol_error, std::string(kEnsembleIdPath) + " holds '" + shown +
+        (*done)(Status::own_error(Errc::protocol_error, kEnsembleIdPath + " holds '" + shown +
                                                             "', not a UUID (see docs/protocol.md)"),
                 "");
         return;
@@ -512,7 +513,7 @@ void Client::Impl::read_ensemble_id(std::uint64_t ep, int attempts_left,
     auto read_again = [this, done, ep, attempts_left](Status, const std::string&, const Stat&) {
       read_ensemble_id(ep, attempts_left - 1, done);
     };
-    create("/zklock", "", CreateMode::persistent, [this, read_again](Status, const std::string&, const Stat&) {
+    create(std::string(protocol::kMetadataRoot), "", CreateMode::persistent, [this, read_again](Status, const std::string&, const Stat&) {
       create(kEnsembleIdPath, new_uuid(), CreateMode::persistent, read_again);
     });
   });
