@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 #include <utility>
 
+#include "crc32.hpp"
 #include "zklock/error.hpp"
 
 namespace zklock {
@@ -17,24 +18,6 @@ namespace {
 
 constexpr std::string_view kMagic = "zklock-fence-state";
 constexpr int kFormatVersion = 1;
-
-// CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320), as zlib computes it.
-constexpr std::array<std::uint32_t, 256> make_crc_table() {
-  std::array<std::uint32_t, 256> table{};
-  for (std::uint32_t i = 0; i < 256; ++i) {
-    std::uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    table[i] = c;
-  }
-  return table;
-}
-constexpr auto kCrcTable = make_crc_table();
-
-std::uint32_t crc32(std::string_view data) noexcept {
-  std::uint32_t c = 0xFFFFFFFFu;
-  for (unsigned char b : data) c = kCrcTable[(c ^ b) & 0xFFu] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
 
 constexpr char kHex[] = "0123456789ABCDEF";
 
