@@ -32,7 +32,8 @@ using nlohmann::json;
 namespace {
 
 const std::vector<std::string> kScenarios = {"uncontended", "ops",     "contended", "drain",
-                                             "pipelined",   "handoff", "fence",     "detector"};
+                                             "pipelined",   "handoff", "fence",     "detector",
+                                             "retained",    "services"};
 
 zb::Figures run_scenario(const std::string& name, const zb::Env& env, const zb::Sizes& s) {
   if (name == "uncontended") return zb::uncontended(env, s);
@@ -43,6 +44,8 @@ zb::Figures run_scenario(const std::string& name, const zb::Env& env, const zb::
   if (name == "handoff") return zb::handoff(env, s);
   if (name == "fence") return zb::fence_gate(env, s);
   if (name == "detector") return zb::detector_at_scale(env, s);
+  if (name == "retained") return zb::retained(env, s);
+  if (name == "services") return zb::services(env, s);
   throw std::invalid_argument("unknown scenario " + name);
 }
 
@@ -132,7 +135,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "small counts, one run (CI: keeps the tool from rotting)");
   app.add_option("--runs", runs, "runs per scenario; medians are reported (default 3, --quick 1)");
   app.add_option("--connect", connect, "use this server (host:port, mntr allowed) instead of starting one");
-  app.add_option("--only", only, "comma-separated scenarios: uncontended,ops,contended,drain,pipelined,handoff,fence,detector");
+  app.add_option("--only", only, "comma-separated scenarios: uncontended,ops,contended,drain,pipelined,handoff,fence,detector,retained,services");
   app.add_option("--json", json_file, "write the results as JSON to this file");
   app.add_option("--drain", drain_sizes, "drain queue sizes (default 100 1000 5000)")->delimiter(',');
   app.add_option("--detector-dirs", det_dirs, "detector: directories (default 100)");

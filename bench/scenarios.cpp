@@ -32,6 +32,9 @@ Sizes Sizes::quick() {
   s.detector_locks_per_dir = 50;
   s.detector_waiters = 40;
   s.detector_cycles = 2;
+  s.services_sessions = 20;
+  s.services_waiters = 4;
+  s.services_seconds = 2;
   return s;
 }
 
@@ -118,25 +121,17 @@ void wait_children(FloorSession& s, const std::string& path, const std::function
   }
 }
 
+}  // namespace
+
 // --- uncontended -------------------------------------------------------------
 
-struct CycleSide {
-  std::vector<double> cycle_us, acquire_us, release_us;
-  double seconds = 0, cpu = 0, switches = 0;
-  Traffic traffic;
-};
-
-// One side of an interleaved comparison: acquire and release one lock.
-struct CycleFns {
-  std::function<void()> acquire, release;
-};
 
 // Runs `n` cycles of each side in alternating blocks of `block`, so both
 // sides see the same background load (this machine is shared and its load
 // drifts within seconds). Each block is bracketed by mntr and getrusage, so
 // traffic and CPU are attributed to the side that ran it.
 std::pair<CycleSide, CycleSide> interleaved_cycles(const Env& env, int n, const CycleFns& a, const CycleFns& b,
-                                                   int block = 20) {
+                                                   int block) {
   for (int i = 0; i < std::min(50, n / 10 + 1); ++i) {  // warm-up, not counted
     a.acquire();
     a.release();
@@ -181,8 +176,6 @@ std::pair<CycleSide, CycleSide> interleaved_cycles(const Env& env, int n, const 
   }
   return out;
 }
-
-}  // namespace
 
 Figures uncontended(const Env& env, const Sizes& s) {
   const int n = s.uncontended_cycles;

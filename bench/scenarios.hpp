@@ -26,6 +26,10 @@ struct Sizes {
   int detector_locks_per_dir = 500;
   int detector_waiters = 1000;
   int detector_cycles = 10;
+  // Retained leases: `services` (retained.cpp).
+  int services_sessions = 200;
+  int services_waiters = 20;  // per hot lock (5 hot locks)
+  double services_seconds = 10;
 
   static Sizes quick();
 };
@@ -38,5 +42,21 @@ Figures handoff(const Env& env, const Sizes& s);
 Figures op_costs(const Env& env, const Sizes& s);
 Figures fence_gate(const Env& env, const Sizes& s);
 Figures detector_at_scale(const Env& env, const Sizes& s);  // detector_scale.cpp
+Figures retained(const Env& env, const Sizes& s);           // retained.cpp
+Figures services(const Env& env, const Sizes& s);           // retained.cpp
+
+// One side of an interleaved comparison (scenarios.cpp): acquire and release one lock.
+struct CycleFns {
+  std::function<void()> acquire, release;
+};
+struct CycleSide {
+  std::vector<double> cycle_us, acquire_us, release_us;
+  double seconds = 0, cpu = 0, switches = 0;
+  Traffic traffic;
+};
+// `n` cycles of each side in alternating blocks of `block`, so both sides
+// see the same background load; traffic and CPU attributed per side.
+std::pair<CycleSide, CycleSide> interleaved_cycles(const Env& env, int n, const CycleFns& a, const CycleFns& b,
+                                                   int block = 20);
 
 }  // namespace zklock::bench

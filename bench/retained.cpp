@@ -1,0 +1,211 @@
+// Retained leases (issue 16): `retained` — one session re-taking one lock,
+// against the floor in the same run — and `services` — many sessions each
+// re-taking its own lock at a steady rate, plus hot locks with waiters, for
+// zklock retained, zklock plain and the floor. Server writes are counted
+// from the server's zxid (`srvr`): one per write transaction.
+#include <atomic>
+#include <optional>
+#include <regex>
+#include <thread>
+
+#include "floor.hpp"
+#include "scenarios.hpp"
+#include "zk_harness.hpp"
+#include "zklock/fair_mutex.hpp"
+
+namespace zklock::bench {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::int64_t server_zxid(const Env& env) {
+  const auto colon = env.connect.rfind(':');
+  const int port = std::stoi(env.connect.substr(colon + 1));
+  auto text = zklock::test::four_letter_word(env.connect.substr(0, colon), port, "srvr");
+  std::smatch m;
+  if (!text || !std::regex_search(*text, m, std::regex("Zxid: 0x([0-9a-fA-F]+)"))) return 0;
+  return std::stoll(m[1].str(), nullptr, 16);
+}
+
+ClientOptions options(const Env& env) { return {.connect = env.connect, .session_timeout = 10s}; }
+
+struct Costs {
+  double writes_per_cycle = 0, requests_per_acquire = 0, requests_per_release = 0;
+};
+
+// `n` cycles, each acquire and release bracketed by the server's counters
+// (srvr and mntr each count one request of their own).
+template <class Acquire, class Release>
+Costs count_costs(const Env& env, int n, Acquire acquire, Release release) {
+  std::int64_t writes = 0, acq = 0, rel = 0;
+  for (int i = 0; i < n; ++i) {
+    const auto z0 = server_zxid(env);
+    const auto r0 = Traffic::from(env.mntr()).packets_received;
+    acquire();
+    const auto r1 = Traffic::from(env.mntr()).packets_received;
+    release();
+    const auto r2 = Traffic::from(env.mntr()).packets_received;
+    const auto z1 = server_zxid(env);
+    writes += z1 - z0;
+    acq += r1 - r0 - 1;
+    rel += r2 - r1 - 2;  // its mntr, and the srvr before the first reading of the next
+  }
+  return {double(writes) / n, double(acq) / n, double(rel) / n};
+}
+
+}  // namespace
+
+Figures retained(const Env& env, const Sizes& s) {
+  const int n = s.uncontended_cycles;
+  Client client(options(env));
+  const auto zpath = env.root + "/retained-zklock";
+  client.ensure_path(zpath, CreateMode::persistent);
+  FairMutex mutex(client, zpath, {.retain = 5s});
+  std::optional<Lease> lease;
+  FloorSession session(env.connect, 10s);
+  const auto fpath = env.root + "/retained-floor";
+  session.ensure_path(fpath);
+  FloorLock lock(session, fpath);
+  const CycleFns z{[&] { lease.emplace(mutex.acquire()); },
+                   [&] {
+                     lease->release();
+                     lease.reset();
+                   }};
+  const CycleFns f{[&] { lock.acquire(); }, [&] { lock.release(); }};
+  const auto [zs, fs] = interleaved_cycles(env, n, z, f);
+  settle(env);
+  const int m = std::min(n, 100);
+  const auto zc = count_costs(env, m, z.acquire, z.release);
+  const auto fc = count_costs(env, m, f.acquire, f.release);
+  const std::string sc = "retained";
+  const double dn = n;
+  return {
+      {sc, "cycle p50", "us", percentile(zs.cycle_us, 50), percentile(fs.cycle_us, 50), Target::ratio_le(0.5)},
+      {sc, "cycle p99", "us", percentile(zs.cycle_us, 99), percentile(fs.cycle_us, 99), {}},
+      {sc, "acquire p50", "us", percentile(zs.acquire_us, 50), percentile(fs.acquire_us, 50), {}},
+      {sc, "release p50", "us", percentile(zs.release_us, 50), percentile(fs.release_us, 50), {}},
+      {sc, "cycles/s", "1/s", dn / zs.seconds, dn / fs.seconds, {}},
+      {sc, "server writes/cycle", "", zc.writes_per_cycle, fc.writes_per_cycle, Target::value_le(1.0)},
+      {sc, "requests/acquire", "", zc.requests_per_acquire, fc.requests_per_acquire, {}},
+      {sc, "requests/release", "", zc.requests_per_release, fc.requests_per_release, Target::value_le(0.0)},
+      {sc, "client CPU/cycle", "us", zs.cpu * 1e6 / dn, fs.cpu * 1e6 / dn, {}},
+  };
+}
+
+namespace {
+
+struct ServiceResult {
+  double ops_per_s = 0, writes_per_op = 0;
+  std::vector<double> uncontended_us, hot_us;
+};
+
+// `sessions` services, each on its own session re-taking its own lock every
+// 100 ms, and `hot` locks with `waiters` sessions each cycling back to back,
+// for `secs` seconds. kind: 0 zklock retained, 1 zklock plain, 2 floor.
+ServiceResult run_services(const Env& env, int kind, int sessions, int hot, int waiters, double secs) {
+  struct Worker {
+    std::function<void()> acquire, release;
+    bool hot = false;
+    std::vector<double> us;
+    std::int64_t ops = 0;
+  };
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::unique_ptr<FairMutex>> mutexes;
+  std::vector<std::unique_ptr<FloorSession>> floor_sessions;
+  std::vector<std::unique_ptr<FloorLock>> floor_locks;
+  std::vector<std::optional<Lease>> leases(static_cast<std::size_t>(sessions + hot * waiters));
+  std::vector<Worker> workers(leases.size());
+  const auto base = env.root + "/services-" + std::to_string(kind);
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    const bool is_hot = i >= static_cast<std::size_t>(sessions);
+    const auto path = is_hot ? base + "/hot-" + std::to_string((i - sessions) % hot) : base + "/svc-" + std::to_string(i);
+    workers[i].hot = is_hot;
+    if (kind == 2) {
+      floor_sessions.push_back(std::make_unique<FloorSession>(env.connect, 10s));
+      floor_sessions.back()->ensure_path(path);
+      floor_locks.push_back(std::make_unique<FloorLock>(*floor_sessions.back(), path));
+      auto* l = floor_locks.back().get();
+      workers[i].acquire = [l] { l->acquire(); };
+      workers[i].release = [l] { l->release(); };
+    } else {
+      clients.push_back(std::make_unique<Client>(options(env)));
+      clients.back()->ensure_path(path, CreateMode::persistent);
+      MutexOptions mo;
+      if (kind == 0) mo.retain = 500ms;
+      mutexes.push_back(std::make_unique<FairMutex>(*clients.back(), path, mo));
+      auto* m = mutexes.back().get();
+      auto* lease = &leases[i];
+      workers[i].acquire = [m, lease] { lease->emplace(m->acquire()); };
+      workers[i].release = [lease] {
+        (*lease)->release();
+        lease->reset();
+      };
+    }
+  }
+  settle(env);
+  std::atomic<bool> stop{false};
+  const auto z0 = server_zxid(env);
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (auto& w : workers) {
+    threads.emplace_back([&w, &stop] {
+      auto next = Clock::now();
+      while (!stop.load()) {
+        if (!w.hot) {
+          std::this_thread::sleep_until(next);
+          next += 100ms;
+        }
+        const auto t0 = Clock::now();
+        w.acquire();
+        w.us.push_back(micros(Clock::now() - t0));
+        if (w.hot) std::this_thread::sleep_for(1ms);  // a short critical section
+        w.release();
+        ++w.ops;
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(secs));
+  stop = true;
+  for (auto& t : threads) t.join();
+  const double wall = seconds(Clock::now() - start);
+  settle(env);
+  const auto z1 = server_zxid(env);
+  ServiceResult r;
+  std::int64_t ops = 0;
+  for (auto& w : workers) {
+    ops += w.ops;
+    auto& into = w.hot ? r.hot_us : r.uncontended_us;
+    into.insert(into.end(), w.us.begin(), w.us.end());
+  }
+  r.ops_per_s = double(ops) / wall;
+  // Writes after the run (retained nodes ending) belong to it; the sessions'
+  // own creates and closes are outside the window.
+  r.writes_per_op = double(z1 - z0) / double(std::max<std::int64_t>(ops, 1));
+  return r;
+}
+
+}  // namespace
+
+Figures services(const Env& env, const Sizes& s) {
+  const int sessions = s.services_sessions, hot = 5, waiters = s.services_waiters;
+  const double secs = s.services_seconds;
+  const auto r = run_services(env, 0, sessions, hot, waiters, secs);
+  const auto p = run_services(env, 1, sessions, hot, waiters, secs);
+  const auto f = run_services(env, 2, sessions, hot, waiters, secs);
+  const std::string sc = "services";
+  return {
+      {sc, "lock ops/s (retained)", "1/s", r.ops_per_s, f.ops_per_s, {}},
+      {sc, "lock ops/s (plain)", "1/s", p.ops_per_s, f.ops_per_s, {}},
+      {sc, "server writes/op (retained)", "", r.writes_per_op, f.writes_per_op, Target::ratio_le(0.55)},
+      {sc, "server writes/op (plain)", "", p.writes_per_op, f.writes_per_op, {}},
+      {sc, "uncontended acquire p50 (retained)", "us", percentile(r.uncontended_us, 50), percentile(f.uncontended_us, 50), {}},
+      {sc, "uncontended acquire p99 (retained)", "us", percentile(r.uncontended_us, 99), percentile(f.uncontended_us, 99),
+       Target::ratio_le(1.0)},
+      {sc, "uncontended acquire p99 (plain)", "us", percentile(p.uncontended_us, 99), percentile(f.uncontended_us, 99), {}},
+      {sc, "hot acquire p50 (retained)", "us", percentile(r.hot_us, 50), percentile(f.hot_us, 50), {}},
+      {sc, "hot acquire p99 (retained)", "us", percentile(r.hot_us, 99), percentile(f.hot_us, 99), {}},
+      {sc, "hot acquire p99 (plain)", "us", percentile(p.hot_us, 99), percentile(f.hot_us, 99), {}},
+  };
+}
+
+}  // namespace zklock::bench
