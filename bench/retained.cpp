@@ -48,7 +48,7 @@ Costs count_costs(const Env& env, int n, Acquire acquire, Release release) {
     const auto z1 = server_zxid(env);
     writes += z1 - z0;
     acq += r1 - r0 - 1;
-    rel += r2 - r1 - 2;  // its mntr, and the srvr before the first reading of the next
+    rel += r2 - r1 - 1;  // less its own mntr (the srvr comes after this reading)
   }
   return {double(writes) / n, double(acq) / n, double(rel) / n};
 }
