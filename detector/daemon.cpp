@@ -46,8 +46,11 @@ Daemon::Daemon(DetectorConfig config) : config_(std::move(config)) {
   co.credentials = config_.credentials;
   client_ = std::make_unique<Client>(co);
   metrics_.set_connected(client_->connected());
+  metrics_.set_scan_interval(std::chrono::duration<double>(config_.interval).count());
+  metrics_.set_policy(std::string(policy_name(config_.policy.policy)));
   client_->add_listener([this](ConnectionState s) {
     metrics_.set_connected(s == ConnectionState::connected || s == ConnectionState::reconnected);
+    metrics_.session_state(state_name(s));
     log_->info("zookeeper: {}", state_name(s));
   });
 
@@ -161,7 +164,8 @@ std::vector<CycleReport> Daemon::scan_once() {
   const auto leader_node = election_->leader_node();
 
   std::vector<CycleReport> reports;
-  std::set<std::string> seen;
+  std::map<std::string, std::uint64_t> seen;  // cycle key -> consecutive scans seen, this one included
+  std::uint64_t oldest_cycle_scans = 0;
   // analysis.nodes has only contended queues' nodes; a revoked node in a
   // lone queue can be on no cycle, so forgetting it early is harmless.
   std::erase_if(revoked_nodes_, [&](const std::string& p) { return !analysis.nodes.count(p); });
@@ -172,9 +176,11 @@ std::vector<CycleReport> Daemon::scan_once() {
     }
     auto report = handle_cycle(c, analysis, now_ms, leader_node);
     const auto key = cycle_key(c);
-    report.first_seen = !previous_cycles_.count(key);
+    const auto before = previous_cycles_.find(key);
+    report.first_seen = before == previous_cycles_.end();
     if (report.first_seen) metrics_.cycle_detected(report.latency_seconds);
-    seen.insert(key);
+    const auto scans = seen[key] = (report.first_seen ? 0 : before->second) + 1;
+    oldest_cycle_scans = std::max(oldest_cycle_scans, scans);
     if (on_cycle) on_cycle(report);
     reports.push_back(std::move(report));
   }
@@ -185,6 +191,8 @@ std::vector<CycleReport> Daemon::scan_once() {
   f.holders = analysis.holders;
   f.waiters = analysis.waiters;
   f.oldest_wait_seconds = static_cast<double>(analysis.oldest_wait_ms) / 1000.0;
+  f.cycles = previous_cycles_.size();
+  f.oldest_cycle_scans = oldest_cycle_scans;
   f.scan_seconds = std::chrono::duration<double>(Clock::now() - started).count();
   metrics_.record_scan(f, mirror_->stats());
   if (analysis.truncated_waiters) {

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -119,7 +120,7 @@ class Daemon {
   std::condition_variable cv_;
   bool stopping_ = false;                       // GUARDED_BY(mu_)
   std::multiset<Clock::time_point> due_;        // GUARDED_BY(mu_): fast-path scan deadlines
-  std::set<std::string> previous_cycles_;       // run() thread only
+  std::map<std::string, std::uint64_t> previous_cycles_;  // run() thread only: cycle key -> consecutive scans seen
   // Nodes this replica revoked that the mirror still shows: cycles through
   // them are stale views of an already broken cycle (run() thread only).
   std::set<std::string> revoked_nodes_;

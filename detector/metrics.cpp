@@ -78,6 +78,7 @@ Metrics::Metrics() {
   scan_seconds_.counts.assign(scan_seconds_.bounds.size(), 0);
   latency_seconds_.bounds = {0.5, 1, 1.5, 2, 3, 5, 10, 30, 60};
   latency_seconds_.counts.assign(latency_seconds_.bounds.size(), 0);
+  for (const char* state : {"connected", "suspended", "reconnected", "lost"}) session_states_[state] = 0;
 }
 
 void Metrics::record_scan(const ScanFigures& f, const MirrorStats& mirror) {
@@ -96,6 +97,23 @@ void Metrics::set_leader(bool leader) {
 void Metrics::set_connected(bool connected) {
   std::lock_guard lock(mu_);
   connected_ = connected;
+}
+
+void Metrics::set_scan_interval(double seconds) {
+  std::lock_guard lock(mu_);
+  scan_interval_seconds_ = seconds;
+}
+
+void Metrics::set_policy(const std::string& policy) {
+  std::lock_guard lock(mu_);
+  for (const char* outcome : {"revoked", "aborted", "deposed", "failed", "dry_run"}) revocations_[{policy, outcome}];
+}
+
+void Metrics::session_state(std::string_view state) {
+  std::lock_guard lock(mu_);
+  auto it = session_states_.find(state);
+  if (it == session_states_.end()) it = session_states_.emplace(std::string(state), 0).first;
+  ++it->second;
 }
 
 void Metrics::cycle_detected(double latency) {
@@ -133,11 +151,23 @@ std::string Metrics::render() const {
   std::string out;
   sample(out, "zklock_detector_leader", leader_ ? 1 : 0, "1 while this replica is the acting detector.");
   sample(out, "zklock_detector_zookeeper_connected", connected_ ? 1 : 0, "1 while the ZooKeeper session is connected.");
+  header(out, "zklock_detector_zookeeper_session_state_changes_total", "counter",
+         "ZooKeeper session state changes by new state (connected, suspended, reconnected, lost).");
+  for (const auto& [state, n] : session_states_) {
+    out += "zklock_detector_zookeeper_session_state_changes_total{state=\"" + label_value(state) + "\"} " +
+           std::to_string(n) + "\n";
+  }
+  sample(out, "zklock_detector_scan_interval_seconds", scan_interval_seconds_,
+         "The configured scan interval (--interval).");
   sample(out, "zklock_detector_locks", static_cast<double>(last_.locks), "Lock paths with at least one node, at the last scan.");
   sample(out, "zklock_detector_holders", static_cast<double>(last_.holders), "Lock nodes that hold their lock, at the last scan.");
   sample(out, "zklock_detector_waiters", static_cast<double>(last_.waiters), "Lock nodes that wait, at the last scan.");
   sample(out, "zklock_detector_oldest_wait_seconds", last_.oldest_wait_seconds,
          "Age of the oldest waiting lock node, at the last scan.");
+  sample(out, "zklock_detector_cycles", static_cast<double>(last_.cycles),
+         "Deadlock cycles present at the last scan.");
+  sample(out, "zklock_detector_oldest_cycle_scans", static_cast<double>(last_.oldest_cycle_scans),
+         "Consecutive scans the longest-lived cycle present at the last scan has been seen in (0: no cycle).");
   sample(out, "zklock_detector_scans_total", static_cast<double>(scans_), "Scans of the mirrored lock tree.", "counter");
   histogram(out, "zklock_detector_scan_duration_seconds", scan_seconds_,
             "Time to analyse one snapshot (graph, cycles, revocations).");

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -37,11 +38,21 @@ class Metrics {
   struct ScanFigures {
     std::size_t locks = 0, holders = 0, waiters = 0;
     double oldest_wait_seconds = 0;
+    std::size_t cycles = 0;              // cycles seen by this scan
+    std::uint64_t oldest_cycle_scans = 0;  // consecutive scans the longest-lived of them was seen in
     double scan_seconds = 0;
   };
   void record_scan(const ScanFigures& f, const MirrorStats& mirror);
   void set_leader(bool leader);
   void set_connected(bool connected);
+  // The configured scan interval (exported, so alerts can compare scan time to it).
+  void set_scan_interval(double seconds);
+  // The configured victim policy: its revocation counters are exported at 0
+  // from the start, so the first revocation shows in increase()/rate().
+  void set_policy(const std::string& policy);
+  // A session state change ("connected", "suspended", "reconnected", "lost":
+  // zklock::state_name), counted so alerts can tell a flapping session.
+  void session_state(std::string_view state);
   void cycle_detected(double detection_latency_seconds);
   // outcome: "revoked", "aborted", "deposed", "failed" or "dry_run".
   void revocation(const std::string& policy, const std::string& outcome);
@@ -58,6 +69,8 @@ class Metrics {
   ScanFigures last_;                   // GUARDED_BY(mu_)
   MirrorStats mirror_;                 // GUARDED_BY(mu_)
   bool leader_ = false, connected_ = false;
+  double scan_interval_seconds_ = 0;
+  std::map<std::string, std::uint64_t, std::less<>> session_states_;  // state -> changes
   std::uint64_t scans_ = 0, cycles_ = 0;
   std::map<std::pair<std::string, std::string>, std::uint64_t> revocations_;  // (policy, outcome)
   Histogram scan_seconds_, latency_seconds_;
