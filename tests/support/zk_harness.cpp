@@ -510,6 +510,7 @@ void ZkServer::launch() {
   paused_ = false;
   std::string classpath = kZkJar;
   if (fs::exists(kSlf4jSimple)) classpath += std::string(":") + kSlf4jSimple;
+  for (const auto& jar : options_.extra_classpath) classpath += ":" + jar;
   SpawnOptions spawn;
   spawn.argv = {java_binary(),
                 "-Xmx" + std::to_string(options_.java_heap_mb) + "m",

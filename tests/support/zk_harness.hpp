@@ -175,6 +175,10 @@ struct ZkServerOptions {
   std::optional<milliseconds> min_session_timeout;
   std::optional<milliseconds> max_session_timeout;
   std::vector<std::string> extra_config;  // raw "key=value" lines for zoo.cfg
+  // Jars appended to the server's classpath, e.g. for the Netty connection
+  // factory (secureClientPort): Debian's zookeeper.jar manifest omits
+  // netty-codec, netty-resolver and netty-transport-native-unix-common.
+  std::vector<std::string> extra_classpath;
   int port = 0;                           // client port; 0 picks a free one
   milliseconds ready_timeout{30000};      // bound for start()/wait_ready()
   int java_heap_mb = 256;
