@@ -21,17 +21,21 @@ void run_cycles(const GlobalOptions& g, const CyclesOptions& o) {
   const std::string path = o.path.empty() ? resolve_path(g.root, "/") : resolve_path(o.path, g.root);
   auto client = connect(g);
   if (!o.path.empty() && !client->stat(path)) throw CliError(exit_code::no_such, "no such path: " + path);
-  const auto analysis = analyze(read_tree(*client, path), min_wait, now_ms());
+  const auto tree = read_tree(*client, path);
+  const auto analysis = analyze(tree.locks, min_wait, now_ms());
   const auto cycles = analysis.graph.cycles();
 
   if (g.json) {
     nlohmann::json j{{"root", path}, {"cycles", nlohmann::json::array()}};
     for (const auto& c : cycles) j["cycles"].push_back(model::cycle_json(c));
+    add_unreadable_json(j, tree);
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return;
   }
+  warn_if_partial(tree);
   if (cycles.empty()) {
-    std::cout << "no cycles under " << path << "\n";
+    std::cout << (tree.complete() ? "no cycles under " : "no cycles in the readable part of ") << path << "\n"
+              << unreadable_text(tree);
     return;
   }
   for (std::size_t i = 0; i < cycles.size(); ++i) {
@@ -41,6 +45,7 @@ void run_cycles(const GlobalOptions& g, const CyclesOptions& o) {
                 << (w.kind == model::EdgeKind::hard ? ", which holds it" : ", which waits ahead of it") << "\n";
     }
   }
+  std::cout << unreadable_text(tree);
 }
 
 }  // namespace

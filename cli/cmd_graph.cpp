@@ -58,7 +58,7 @@ std::vector<Link> links(const std::vector<LockView>& locks, const model::WaitAna
 }
 
 std::string render_dot(const std::vector<Link>& ls, const model::WaitForGraph& graph,
-                       const std::vector<model::Cycle>& cycles) {
+                       const std::vector<model::Cycle>& cycles, const std::vector<Unreadable>& unreadable) {
   // Cycle nodes: the waiting node and the node it waits for, on each step.
   std::set<std::string> cycle_nodes;
   for (const auto& c : cycles) {
@@ -90,6 +90,11 @@ std::string render_dot(const std::vector<Link>& ls, const model::WaitForGraph& g
       out += "  " + dot_quote("owner:" + l.owner) + " -> " + dot_quote("lock:" + l.lock) + " [" + attrs + "];\n";
     }
   }
+  // What could not be read: a dashed note each, so the picture says it is partial.
+  for (const auto& u : unreadable) {
+    out += "  " + dot_quote("unreadable:" + u.path) + " [shape=note, style=dashed, color=grey40, label=" +
+           dot_quote(u.path + "\nunreadable: " + u.reason) + "];\n";
+  }
   out += "}\n";
   return out;
 }
@@ -99,14 +104,16 @@ void run_graph(const GlobalOptions& g, const GraphOptions& o) {
   const std::string path = o.path.empty() ? resolve_path(g.root, "/") : resolve_path(o.path, g.root);
   auto client = connect(g);
   if (!o.path.empty() && !client->stat(path)) throw CliError(exit_code::no_such, "no such path: " + path);
-  const auto locks = read_tree(*client, path);
+  const auto tree = read_tree(*client, path);
+  const auto& locks = tree.locks;
   const auto now = now_ms();
   const auto analysis = analyze(locks, std::chrono::milliseconds::zero(), now);
   const auto cycles = analysis.graph.cycles();
   const auto ls = links(locks, analysis, now);
 
   if (format == "dot") {
-    std::cout << render_dot(ls, analysis.graph, cycles);
+    std::cout << render_dot(ls, analysis.graph, cycles, tree.unreadable);
+    warn_if_partial(tree);
     return;
   }
   if (format == "json") {
@@ -128,10 +135,12 @@ void run_graph(const GlobalOptions& g, const GraphOptions& o) {
     j["owners"] = owners;
     for (const auto& w : analysis.graph.waits()) j["waits"].push_back(model::wait_json(w));
     for (const auto& c : cycles) j["cycles"].push_back(model::cycle_json(c));
+    add_unreadable_json(j, tree);
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return;
   }
   // text
+  warn_if_partial(tree);
   std::cout << locks.size() << (locks.size() == 1 ? " lock, " : " locks, ") << analysis.holders << " held, "
             << analysis.waiters << " waiting\n";
   for (const auto& l : locks) {
@@ -151,6 +160,7 @@ void run_graph(const GlobalOptions& g, const GraphOptions& o) {
   }
   std::cout << cycles.size() << (cycles.size() == 1 ? " cycle\n" : " cycles\n");
   for (const auto& c : cycles) std::cout << "  cycle: " << model::cycle_text(c) << "\n";
+  std::cout << unreadable_text(tree);
 }
 
 }  // namespace

@@ -46,11 +46,11 @@ void run_ls(const GlobalOptions& g, const LsOptions& o) {
   const std::string path = explicit_path ? resolve_path(o.path, g.root) : resolve_path(g.root, "/");
   auto client = connect(g);
   if (explicit_path && !client->stat(path)) throw CliError(exit_code::no_such, "no such path: " + path);
-  const auto locks = read_tree(*client, path);
+  const auto tree = read_tree(*client, path);
   const auto now = now_ms();
 
   std::vector<LockSummary> rows;
-  for (const auto& l : locks) rows.push_back(summarize(l, now));
+  for (const auto& l : tree.locks) rows.push_back(summarize(l, now));
 
   if (g.json) {
     nlohmann::json j{{"root", path}, {"locks", nlohmann::json::array()}};
@@ -63,11 +63,14 @@ void run_ls(const GlobalOptions& g, const LsOptions& o) {
                                                                     : nlohmann::json(r.oldest_wait_ms)},
                             {"foreign", r.foreign}});
     }
+    add_unreadable_json(j, tree);
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return;
   }
+  warn_if_partial(tree);
   if (rows.empty()) {
-    std::cout << "no locks under " << path << "\n";
+    std::cout << (tree.complete() ? "no locks under " : "no readable locks under ") << path << "\n"
+              << unreadable_text(tree);
     return;
   }
   Table t({"LOCK", "HOLDERS", "WAITERS", "OLDEST WAIT", "HELD BY"});
@@ -77,7 +80,7 @@ void run_ls(const GlobalOptions& g, const LsOptions& o) {
     t.add_row({r.path, std::to_string(r.holders.size()), std::to_string(r.waiters),
                r.oldest_wait_ms < 0 ? "-" : humanize_age(std::chrono::milliseconds(r.oldest_wait_ms)), held_by});
   }
-  std::cout << t.render();
+  std::cout << t.render() << unreadable_text(tree);
 }
 
 }  // namespace

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <iostream>
 #include <memory>
 #include <mutex>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/common.hpp"
 #include "model/queue_order.hpp"
@@ -24,9 +27,17 @@ struct GetBatch {
   std::vector<NodeView> nodes;        // GUARDED_BY(mu); index = request order
   std::vector<bool> present;          // GUARDED_BY(mu)
   std::optional<Status> failure;      // GUARDED_BY(mu): first error other than no_node
+  std::size_t failed = 0;             // GUARDED_BY(mu): the request it was for
 };
 
-// Reads stat and data of `names` under `parent`. Vanished nodes are dropped.
+// A lock node that could not be read: the error, and the node's name.
+struct NodeReadError : Error {
+  NodeReadError(Error e, std::string name) : Error(std::move(e)), node(std::move(name)) {}
+  std::string node;
+};
+
+// Reads stat and data of `names` under `parent`. Vanished nodes are dropped;
+// any other failure is thrown as NodeReadError.
 std::vector<NodeView> read_nodes(Client& client, const std::string& parent,
                                  const std::vector<std::string>& names) {
   auto batch = std::make_shared<GetBatch>();
@@ -46,6 +57,7 @@ std::vector<NodeView> read_nodes(Client& client, const std::string& parent,
         batch->present[i] = true;
       } else if (!st.is(Errc::no_node) && !batch->failure) {
         batch->failure = st;
+        batch->failed = i;
       }
       if (--batch->pending == 0) batch->cv.notify_all();
     });
@@ -57,7 +69,10 @@ std::vector<NodeView> read_nodes(Client& client, const std::string& parent,
   if (!batch->cv.wait_for(lk, bound, [&] { return batch->pending == 0; })) {
     throw Error(Errc::operation_timeout, "reading the children of " + parent + ": no answer");
   }
-  if (batch->failure) throw batch->failure->error("reading the children of " + parent);
+  if (batch->failure) {
+    const auto& failed = batch->nodes[batch->failed];
+    throw NodeReadError(batch->failure->error("reading " + failed.path), failed.name);
+  }
   std::vector<NodeView> out;
   for (std::size_t i = 0; i < names.size(); ++i) {
     if (batch->present[i]) out.push_back(std::move(batch->nodes[i]));
@@ -92,21 +107,28 @@ LockView build_lock(Client& client, const std::string& path, const std::vector<s
 
 // A lock path is a node with zklock children, or an empty leaf (an idle lock
 // parent) — unless its parent is a lock: then it is a foreign child.
-void walk(Client& client, const std::string& path, bool is_root, bool parent_is_lock, int depth,
-          std::vector<LockView>& out) {
+void walk(Client& client, const std::string& path, bool is_root, bool parent_is_lock, int depth, TreeView& out) {
   if (path == "/zookeeper" || path == protocol::kMetadataRoot) return;
   std::vector<std::string> children;
   try {
     children = client.children(path);
   } catch (const Error& e) {
     if (e.code() == Errc::no_node) return;  // gone since its parent was listed
-    throw;
+    if (e.code() != Errc::no_auth) throw;
+    out.unreadable.push_back({path, std::string(errc_name(e.code())), "no permission to list its children (NOAUTH)"});
+    return;
   }
   std::sort(children.begin(), children.end());
   const bool has_lock_nodes = std::any_of(children.begin(), children.end(),
                                           [](const std::string& c) { return parse_lock_node_name(c).has_value(); });
   if (has_lock_nodes || (children.empty() && !is_root && !parent_is_lock)) {
-    out.push_back(build_lock(client, path, children));
+    try {
+      out.locks.push_back(build_lock(client, path, children));
+    } catch (const NodeReadError& e) {
+      if (e.code() != Errc::no_auth) throw;
+      out.unreadable.push_back({path, std::string(errc_name(e.code())),
+                                "no permission to read its node " + e.node + " (NOAUTH)"});
+    }
   }
   if (depth >= 64) return;  // deeper trees are not lock trees
   for (const auto& c : children) {
@@ -131,10 +153,32 @@ LockView read_lock_or_exit(Client& client, const std::string& lock_path, const s
   }
 }
 
-std::vector<LockView> read_tree(Client& client, const std::string& root) {
-  std::vector<LockView> out;
+TreeView read_tree(Client& client, const std::string& root) {
+  TreeView out;
   walk(client, root, true, false, 0, out);
-  std::sort(out.begin(), out.end(), [](const LockView& a, const LockView& b) { return a.path < b.path; });
+  std::sort(out.locks.begin(), out.locks.end(), [](const LockView& a, const LockView& b) { return a.path < b.path; });
+  std::sort(out.unreadable.begin(), out.unreadable.end(),
+            [](const Unreadable& a, const Unreadable& b) { return a.path < b.path; });
+  return out;
+}
+
+void add_unreadable_json(nlohmann::json& j, const TreeView& tree) {
+  j["complete"] = tree.complete();
+  j["unreadable"] = nlohmann::json::array();
+  for (const auto& u : tree.unreadable) {
+    j["unreadable"].push_back({{"path", u.path}, {"error", u.error}, {"reason", u.reason}});
+  }
+}
+
+void warn_if_partial(const TreeView& tree) {
+  if (tree.complete()) return;
+  const auto n = tree.unreadable.size();
+  std::cerr << "zklock: warning: partial view: " << n << (n == 1 ? " path" : " paths") << " could not be read\n";
+}
+
+std::string unreadable_text(const TreeView& tree) {
+  std::string out;
+  for (const auto& u : tree.unreadable) out += "unreadable: " + u.path + ": " + u.reason + "\n";
   return out;
 }
 

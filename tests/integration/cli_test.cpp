@@ -779,6 +779,91 @@ TEST_F(CliTest, RevokeRefusesNodesThatAreNotLockNodes) {
   EXPECT_EQ(handle.exists(root_ + "/plain"), ZOK);
 }
 
+// --- a messy tree: parts these credentials may not read -----------------------------
+
+// Creates `path` readable only by the session's own digest identity ("auth"
+// scheme: whoever added admin's credentials). `flags`: ZOO_EPHEMERAL etc.
+int create_private(zhandle_t* zh, const std::string& path, int flags, std::string* created = nullptr) {
+  ACL only_me[] = {{ZOO_PERM_ALL, {const_cast<char*>("auth"), const_cast<char*>("")}}};
+  ACL_vector acl{1, only_me};
+  char buf[512];
+  const int rc = zoo_create(zh, path.c_str(), "", 0, &acl, flags, buf, sizeof buf);
+  if (rc == ZOK && created != nullptr) *created = buf;
+  return rc;
+}
+
+TEST_F(CliTest, UnreadableDirectoriesAndNodesAreReportedAndTheRestIsShown) {
+  auto handle = zklock::test::ZkHandle::connect(zk_);
+  for (const char* p : {"", "/jobs", "/jobs/a"}) handle.ensure(root_ + p);  // jobs/a: an idle lock anyone may read
+  // The admin's session: a directory, and a lock node in an open lock, that
+  // only the admin may read.
+  auto admin = zklock::test::ZkHandle::connect(zk_);
+  ASSERT_EQ(zoo_add_auth(admin.get(), "digest", "admin:admin-pw", 14, nullptr, nullptr), ZOK);
+  ASSERT_EQ(create_private(admin.get(), root_ + "/secret", 0), ZOK);
+  ASSERT_EQ(create_private(admin.get(), root_ + "/secret/x", 0), ZOK);
+  handle.ensure(root_ + "/mixed");
+  std::string hidden;
+  ASSERT_EQ(create_private(admin.get(), root_ + "/mixed/w_0123456789abcdef_0123456789abcdef0123456789abcdef_",
+                           ZOO_EPHEMERAL | ZOO_SEQUENCE, &hidden),
+            ZOK);
+  const auto hidden_name = hidden.substr(hidden.rfind('/') + 1);
+
+  // Text: the readable lock, one line per unreadable part with the reason,
+  // a warning on stderr, exit 0.
+  auto r = zklock({"ls"});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_NE(r.out.find(root_ + "/jobs/a"), std::string::npos) << r.describe();
+  EXPECT_NE(r.out.find("unreadable: " + root_ + "/secret: no permission to list its children (NOAUTH)"),
+            std::string::npos) << r.describe();
+  EXPECT_NE(r.out.find("unreadable: " + root_ + "/mixed: no permission to read its node " + hidden_name + " (NOAUTH)"),
+            std::string::npos) << r.describe();
+  EXPECT_NE(r.err.find("zklock: warning: partial view: 2 paths could not be read"), std::string::npos)
+      << r.describe();
+
+  // JSON: "complete" false and the unreadable paths with the reason.
+  r = zklock({"ls", "--json"});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  auto j = json::parse(r.out);
+  EXPECT_EQ(j["complete"], false) << r.out;
+  ASSERT_EQ(j["locks"].size(), 1u) << r.out;
+  EXPECT_EQ(j["locks"][0]["path"], root_ + "/jobs/a");
+  ASSERT_EQ(j["unreadable"].size(), 2u) << r.out;
+  EXPECT_EQ(j["unreadable"][0]["path"], root_ + "/mixed");
+  EXPECT_EQ(j["unreadable"][1]["path"], root_ + "/secret");
+  for (const auto& u : j["unreadable"]) {
+    EXPECT_EQ(u["error"], "no_auth");
+    EXPECT_NE(u["reason"].get<std::string>().find("NOAUTH"), std::string::npos);
+  }
+
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"cycles", "--json"}, {"graph", "--json"}}) {
+    r = zklock(args);
+    ASSERT_EQ(r.code, 0) << args[0] << r.describe();
+    j = json::parse(r.out);
+    EXPECT_EQ(j["complete"], false) << r.out;
+    EXPECT_EQ(j["unreadable"].size(), 2u) << r.out;
+    EXPECT_TRUE(j["cycles"].empty()) << r.out;
+  }
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"cycles"}, {"graph"}, {"graph", "--format", "dot"}}) {
+    r = zklock(args);
+    ASSERT_EQ(r.code, 0) << args[0] << r.describe();
+    EXPECT_NE(r.out.find(root_ + "/secret"), std::string::npos) << args.back() << r.describe();
+    EXPECT_NE(r.out.find("unreadable"), std::string::npos) << args.back() << r.describe();
+    EXPECT_NE(r.err.find("partial view"), std::string::npos) << args.back() << r.describe();
+  }
+
+  // With the admin's credentials the same tree is complete.
+  r = zklock({"ls", "--json", "--auth", "admin:admin-pw"});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  j = json::parse(r.out);
+  EXPECT_EQ(j["complete"], true) << r.out;
+  EXPECT_TRUE(j["unreadable"].empty()) << r.out;
+  EXPECT_EQ(j["locks"].size(), 3u) << r.out;  // jobs/a, mixed (one waiter-less holder), secret/x
+  r = zklock({"ls"}, {{"ZKLOCK_AUTH", "admin:admin-pw"}});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(r.out.find("unreadable"), std::string::npos) << r.describe();
+  EXPECT_TRUE(r.err.empty()) << r.describe();
+}
+
 // --- doctor ---------------------------------------------------------------------
 
 TEST_F(CliTest, DoctorReportsOnTheServer) {
