@@ -53,6 +53,7 @@ struct ExecOptions {
   std::string owner;
   std::string grace = "10s";
   std::vector<std::string> command;
+  std::size_t raw_args = 0;  // how many arguments followed "exec" on the command line
 };
 
 // Blocks INT, TERM, HUP and CHLD in the calling thread (and every thread it
@@ -191,8 +192,13 @@ std::string victim_detail(const Error& e) { return readable_detail(e.what()); }
 
 bool is_forwarded(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP; }
 
-int run_exec(const GlobalOptions& g, const ExecOptions& o) {
+int run_exec(const Context& ctx, const ExecOptions& o) {
+  const GlobalOptions& g = ctx.global;
   // Input first: usage errors never wait for ZooKeeper.
+  if (o.raw_args <= ctx.args.size()) {
+    require_lock_before_separator({ctx.args.end() - static_cast<std::ptrdiff_t>(o.raw_args), ctx.args.end()},
+                                  1 + o.command.size());
+  }
   const std::string lock_path = resolve_lock_path(o.lock, g.root);
   std::optional<milliseconds> timeout;
   if (!o.timeout.empty()) timeout = std::max(parse_duration(o.timeout), milliseconds(1));
@@ -337,7 +343,7 @@ void set_exec_command(CLI::App* app, Context& ctx) {
       "ZKLOCK_OWNER. Exits with CMD's status (128+N if killed by signal N), 75 on timeout, 73 as deadlock victim, "
       "74 if the lock was lost while CMD ran (CMD gets SIGTERM, then SIGKILL after --grace). INT, TERM and HUP are "
       "forwarded to CMD.");
-  sub->add_option("lock", opts->lock, "The lock (absolute, or relative to --root)")->required();
+  sub->add_option("lock", opts->lock, "The lock (absolute, or relative to --root); it comes before '--'")->required();
   sub->add_option("command", opts->command, "CMD [ARGS...]; put it after '--' when it has options")->required();
   sub->add_flag("--shared", opts->shared, "Take the lock in shared mode (a reader: many may hold it at once)");
   sub->add_option("--timeout", opts->timeout, "Give up (exit 75) if not granted within D; default: wait indefinitely");
@@ -345,7 +351,8 @@ void set_exec_command(CLI::App* app, Context& ctx) {
                   "Owner id for the wait-for graph; default: $ZKLOCK_OWNER, else <host>/<pid> (exported to CMD)");
   sub->add_option("--grace", opts->grace, "After a lost lock: time between SIGTERM and SIGKILL to CMD")
       ->capture_default_str();
-  sub->callback([&ctx, opts] { ctx.exit_status = run_exec(ctx.global, *opts); });
+  sub->preparse_callback([opts](std::size_t remaining) { opts->raw_args = remaining; });
+  sub->callback([&ctx, opts] { ctx.exit_status = run_exec(ctx, *opts); });
 }
 
 }  // namespace zklock::cli

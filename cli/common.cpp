@@ -275,4 +275,14 @@ std::int64_t now_ms() {
   return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+void require_lock_before_separator(const std::vector<std::string>& args, std::size_t positionals) {
+  const auto sep = std::find(args.begin(), args.end(), "--");
+  if (sep == args.end()) return;
+  // Everything after the first "--" is a positional (LOCK or CMD).
+  const auto after = static_cast<std::size_t>(args.end() - sep - 1);
+  if (positionals <= after) {
+    throw CliError(exit_code::usage, "exec: LOCK must come before '--' (zklock exec LOCK [options] -- CMD [ARGS...])");
+  }
+}
+
 }  // namespace zklock::cli

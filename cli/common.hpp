@@ -76,7 +76,16 @@ struct GlobalOptions {
 struct Context {
   GlobalOptions global;
   int exit_status = exit_code::ok;
+  std::vector<std::string> args;  // argv[1..] as typed (empty when a test parses a string)
 };
+
+// zklock exec LOCK [options] -- CMD [ARGS...]: LOCK must come before "--".
+// CLI11 fills positionals in order, so with none before "--" it would take
+// CMD's first word as LOCK and run the rest as CMD. `args`: exec's own
+// arguments as typed (everything after "exec"); `positionals`: how many
+// CLI11 gave LOCK and CMD together. Throws CliError(usage) when none of them
+// came before the first "--".
+void require_lock_before_separator(const std::vector<std::string>& args, std::size_t positionals);
 
 // Registers the global options on the top-level app.
 void add_global_options(CLI::App& app, GlobalOptions& global);

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   set_revocations_command(&app, ctx);
   set_doctor_command(&app, ctx);
 
+  ctx.args.assign(argv + 1, argv + argc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

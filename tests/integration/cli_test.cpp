@@ -245,6 +245,7 @@ TEST_F(CliTest, UsageErrorsExit64QuicklyWithAHint) {
       {"ls", "bad//path"},
       {"exec", "a/../b", "--", "true"},
       {"exec", "x", "--timeout", "5x", "--", "true"},
+      {"exec", "--", "sh", "-c", "true"},
       {"--connect-timeout", "soon", "ls"},
       {"ls", "--no-such-flag"},
       {"graph", "--format", "png"},
@@ -862,6 +863,26 @@ TEST_F(CliTest, UnreadableDirectoriesAndNodesAreReportedAndTheRestIsShown) {
   ASSERT_EQ(r.code, 0) << r.describe();
   EXPECT_EQ(r.out.find("unreadable"), std::string::npos) << r.describe();
   EXPECT_TRUE(r.err.empty()) << r.describe();
+}
+
+// --- exec's LOCK comes before "--" ---------------------------------------------------
+
+TEST_F(CliTest, ExecWithoutALockBeforeTheSeparatorIsAUsageError) {
+  const auto marker = dir_ / "ran";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"exec", "--", "sh", "-c", "touch '" + marker.string() + "'"},
+        {"exec", "--timeout", "5s", "--", "sh", "-c", "touch '" + marker.string() + "'"},
+        {"exec", "--shared", "--", "touch", marker.string()}}) {
+    const auto r = zklock(args);
+    EXPECT_EQ(r.code, 64) << r.describe();
+    EXPECT_NE(r.err.find("LOCK must come before '--'"), std::string::npos) << r.describe();
+    EXPECT_TRUE(r.out.empty()) << r.describe();
+  }
+  EXPECT_FALSE(std::filesystem::exists(marker)) << "CMD must not run";
+  // The lock named before "--" still works, with or without options between.
+  const auto r = zklock({"exec", "x", "--timeout", "5s", "--", "sh", "-c", "touch '" + marker.string() + "'"});
+  EXPECT_EQ(r.code, 0) << r.describe();
+  EXPECT_TRUE(std::filesystem::exists(marker));
 }
 
 // --- doctor ---------------------------------------------------------------------

@@ -1,5 +1,10 @@
-// The CLI's pure helpers: durations, path resolution, ages, tables, exit codes.
+// The CLI's pure helpers: durations, path resolution, ages, tables, exit codes,
+// exec's LOCK-before-"--" rule.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include <CLI/CLI.hpp>
 
 #include "cli/common.hpp"
 
@@ -142,6 +147,54 @@ TEST(CliClientOptions, DurationsAndDigest) {
   EXPECT_EQ(usage_code_of([&] { client_options(g); }), exit_code::usage);
   g.connect_timeout = "fast";
   EXPECT_EQ(usage_code_of([&] { client_options(g); }), exit_code::usage);
+}
+
+// zklock exec: LOCK must come before "--" (else CMD's first word became the lock).
+TEST(CliExecSeparator, LockMustComeBeforeTheSeparator) {
+  using Args = std::vector<std::string>;
+  // (exec's arguments as typed, how many positionals CLI11 assigned)
+  EXPECT_NO_THROW(require_lock_before_separator(Args{"x", "--", "sh", "-c", "y"}, 4));
+  EXPECT_NO_THROW(require_lock_before_separator(Args{"x", "--timeout", "5s", "--", "true"}, 2));
+  EXPECT_NO_THROW(require_lock_before_separator(Args{"x", "echo", "hi"}, 3));  // no "--": as before
+  EXPECT_NO_THROW(require_lock_before_separator(Args{"x", "--", "sh", "--", "y"}, 4));
+  EXPECT_NO_THROW(require_lock_before_separator(Args{}, 0));
+  EXPECT_EQ(usage_code_of([] { require_lock_before_separator(Args{"--", "sh", "-c", "y"}, 3); }), exit_code::usage);
+  EXPECT_EQ(usage_code_of([] { require_lock_before_separator(Args{"--shared", "--", "sh", "x"}, 2); }),
+            exit_code::usage);
+  EXPECT_EQ(usage_code_of([] { require_lock_before_separator(Args{"--timeout", "1s", "--", "a", "b"}, 2); }),
+            exit_code::usage);
+}
+
+// The rule relies on how CLI11 fills exec's positionals (LOCK, then CMD...):
+// parse real command lines with the same two positionals and check the
+// verdict, so a CLI11 upgrade that changes this fails here.
+TEST(CliExecSeparator, AgreesWithHowCli11FillsThePositionals) {
+  auto verdict = [](std::vector<std::string> argv) {
+    CLI::App app{"t"};
+    app.fallthrough();
+    auto* exec = app.add_subcommand("exec");
+    std::string lock, timeout;
+    std::vector<std::string> command;
+    std::size_t raw = 0;
+    exec->add_option("lock", lock)->required();
+    exec->add_option("command", command)->required();
+    exec->add_option("--timeout", timeout);
+    exec->preparse_callback([&](std::size_t n) { raw = n; });
+    const auto all = argv;
+    std::reverse(argv.begin(), argv.end());  // CLI11's parse(vector) takes the arguments reversed
+    app.parse(argv);
+    return std::pair{lock, usage_code_of([&] {
+                       require_lock_before_separator({all.end() - static_cast<std::ptrdiff_t>(raw), all.end()},
+                                                     1 + command.size());
+                     })};
+  };
+  EXPECT_EQ(verdict({"exec", "x", "--", "sh", "-c", "y"}), (std::pair<std::string, int>{"x", 0}));
+  EXPECT_EQ(verdict({"exec", "x", "--timeout", "1s", "--", "true"}), (std::pair<std::string, int>{"x", 0}));
+  EXPECT_EQ(verdict({"exec", "x", "true"}), (std::pair<std::string, int>{"x", 0}));
+  // Without a LOCK before "--", CLI11 makes "sh" the lock: the rule refuses it.
+  EXPECT_EQ(verdict({"exec", "--", "sh", "-c", "y"}), (std::pair<std::string, int>{"sh", exit_code::usage}));
+  EXPECT_EQ(verdict({"exec", "--timeout", "1s", "--", "sh", "y"}),
+            (std::pair<std::string, int>{"sh", exit_code::usage}));
 }
 
 }  // namespace
