@@ -85,11 +85,13 @@ void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std:
         if (it != g_batches.end() && it->second == batch) g_batches.erase(it);
       }
     }
+    // Parsed and put in order once for everyone it serves.
+    const auto listing = parse_listing(st.ok() ? children : std::vector<std::string>{});
     for (const auto& [weak, tag] : served) {
       auto a = weak.lock();
       if (!a) continue;
       MachineEvent ev = answer(Kind::listed, tag, st);
-      if (st.ok()) ev.children = children;
+      ev.listing = listing;
       a->feed(ev);
     }
   });

@@ -27,6 +27,19 @@ model::OrderKey key_of(const LockNodeName& n, std::int64_t czxid) { return {n.se
 
 }  // namespace
 
+std::shared_ptr<const Listing> parse_listing(const std::vector<std::string>& children) {
+  auto l = std::make_shared<Listing>();
+  l->nodes.reserve(children.size());
+  for (const auto& child : children) {
+    auto parsed = parse_lock_node_name(child);
+    if (parsed) l->nodes.push_back(QueueEntry{std::move(*parsed), 0});  // else foreign: not queued
+  }
+  l->exact = model::sort_by_creation(l->nodes, [](const QueueEntry& e) { return key_of(e.node, e.czxid); }) &&
+             model::czxids_needed(l->nodes, [](const QueueEntry& e) { return key_of(e.node, e.czxid); }).empty();
+  for (std::size_t i = 0; i < l->nodes.size(); ++i) l->by_attempt[l->nodes[i].node.guid.substr(0, 24)].push_back(i);
+  return l;
+}
+
 LockMachine::LockMachine(MachineConfig config) : cfg_(std::move(config)) {}
 
 bool LockMachine::finished() const {
@@ -122,21 +135,21 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
         send_create(out);
       }
       break;
-    case Kind::listed:
+    case Kind::listed: {
       if (!is(list_tag_)) break;
+      const auto listing = ev.listing ? ev.listing : parse_listing(ev.children);
       if (phase_ == Phase::retaking) {
-        on_retake_listed(ev, out);
+        on_retake_listed(ev, *listing, out);
         break;
       }
       if (retaining() && ev.tag == children_tag_) {
         if (ev.rc != Rc::ok) children_tag_ = 0;  // no watch was set
-        waiter_known_ = ev.rc != Rc::ok || std::any_of(ev.children.begin(), ev.children.end(), [&](const auto& c) {
-                          auto p = parse_lock_node_name(c);
-                          return p && !ours(p->guid);
-                        });
+        waiter_known_ = ev.rc != Rc::ok || std::any_of(listing->nodes.begin(), listing->nodes.end(),
+                                                       [&](const Entry& e) { return !ours(e.node.guid); });
       }
-      on_listed(ev, out);
+      on_listed(ev, listing, out);
       break;
+    }
     case Kind::touched:
       if (!is(touch_tag_)) break;
       touch_rc_ = ev.rc;
@@ -263,16 +276,15 @@ void LockMachine::on_retake(Commands& out) {
   out.push_back(request(Cmd::list_watch, list_tag_));
 }
 
-void LockMachine::on_retake_listed(const MachineEvent& ev, Commands& out) {
+void LockMachine::on_retake_listed(const MachineEvent& ev, const Listing& listing, Commands& out) {
   if (touch_tag_ != 0) {  // the setData unanswered before its listing (cannot happen in session order)
     touch_tag_ = 0;
     touch_rc_ = Rc::connection_loss;
   }
   if (ev.rc != Rc::ok) children_tag_ = 0;
   bool alone = ev.rc == Rc::ok, listed_self = false;
-  for (const auto& c : ev.children) {
-    if (!parse_lock_node_name(c)) continue;  // foreign child: not part of the queue
-    if (c == name_) listed_self = true;
+  for (const auto& e : listing.nodes) {  // foreign children are not part of the queue
+    if (e.node.name == name_) listed_self = true;
     else alone = false;
   }
   if (touch_rc_ == Rc::ok && alone && listed_self) {
@@ -350,9 +362,9 @@ void LockMachine::on_created(const MachineEvent& ev, Commands& out) {
   }
 }
 
-void LockMachine::on_listed(const MachineEvent& ev, Commands& out) {
+void LockMachine::on_listed(const MachineEvent& ev, std::shared_ptr<const Listing> listing, Commands& out) {
   if (!acquiring()) {
-    on_sweep(ev, out);
+    on_sweep(ev, *listing, out);
     return;
   }
   if (ev.rc == Rc::connection_loss) {
@@ -363,23 +375,10 @@ void LockMachine::on_listed(const MachineEvent& ev, Commands& out) {
     fail(ev.errc, "listing " + cfg_.lock_path + ": " + ev.detail, out);
     return;
   }
-  // Parse. Only our own node's czxid is carried over: at a saturated
-  // counter a name can come back for a new node (same GUID, same suffix),
-  // so a czxid remembered by name from an earlier listing may be stale.
-  std::vector<Entry> queue;
-  if (ev.rc == Rc::ok) {
-    for (const auto& child : ev.children) {
-      auto parsed = parse_lock_node_name(child);
-      if (!parsed) continue;  // foreign child: not part of the queue (docs/protocol.md)
-      Entry e{std::move(*parsed), 0};
-      if (node_ == NodeState::exists && e.node.name == name_) e.czxid = czxid_;
-      queue.push_back(std::move(e));
-    }
-  }
-  queue_ = std::move(queue);
-  const bool listed_mine =
-      std::any_of(queue_.begin(), queue_.end(), [&](const Entry& e) { return ours(e.node.guid); });
-  if (!listed_mine) {
+  listing_ = std::move(listing);
+  copy_.reset();
+  const auto mine = listing_->by_attempt.find(cfg_.guid.substr(0, 24));
+  if (mine == listing_->by_attempt.end()) {
     // This listing ran after our create (and after every earlier attempt of it).
     if (node_ == NodeState::exists) {
       on_own_gone(out);  // deleted by someone: expired or revoked
@@ -390,15 +389,20 @@ void LockMachine::on_listed(const MachineEvent& ev, Commands& out) {
     }
     return;
   }
-  // Ordering needs the czxid of every node whose suffix is ambiguous (and
-  // of ours, when adopted from a listing: it is the token).
-  auto key = [](const Entry& e) { return key_of(e.node, e.czxid); };
   std::vector<std::string> needed;
-  for (auto i : model::czxids_needed(queue_, key)) needed.push_back(queue_[i].node.name);
-  for (const auto& e : queue_) {
-    if (ours(e.node.guid) && e.czxid == 0 &&
-        std::find(needed.begin(), needed.end(), e.node.name) == needed.end()) {
-      needed.push_back(e.node.name);
+  if (listing_->exact) {
+    // Suffixes give the order: shared as it is. Only a node of ours found
+    // by the listing (a create whose answer was lost) needs its czxid: the token.
+    const auto& first = listing_->nodes[mine->second.front()].node;
+    if (node_ != NodeState::exists || first.name != name_) needed.push_back(first.name);
+  } else {
+    // The czxid of every node orders this queue: read each one we do not
+    // know (only our own node's is known; czxids are not remembered from
+    // earlier listings, so an order never rests on a stale read).
+    copy_ = std::make_shared<std::vector<Entry>>(listing_->nodes);
+    for (auto& e : *copy_) {
+      if (node_ == NodeState::exists && e.node.name == name_) e.czxid = czxid_;
+      if (e.czxid == 0) needed.push_back(e.node.name);
     }
   }
   if (needed.empty()) {
@@ -415,14 +419,15 @@ void LockMachine::on_listed(const MachineEvent& ev, Commands& out) {
 
 // Only ZNONODE means gone. Any other failure resyncs or fails, never grants.
 void LockMachine::on_order_stats(const MachineEvent& ev, Commands& out) {
-  for (std::size_t i = 0; i < stats_names_.size() && i < ev.stats.size(); ++i) {
+  if (ev.stats.size() < stats_names_.size()) {
+    transient(out);
+    return;
+  }
+  for (std::size_t i = 0; i < stats_names_.size(); ++i) {
     const auto& st = ev.stats[i];
-    auto it = std::find_if(queue_.begin(), queue_.end(),
-                           [&](const Entry& e) { return e.node.name == stats_names_[i]; });
-    if (it == queue_.end()) continue;
     switch (st.rc) {
-      case Rc::ok: it->czxid = st.czxid; break;
-      case Rc::no_node: queue_.erase(it); break;
+      case Rc::ok:
+      case Rc::no_node: break;
       case Rc::connection_loss: transient(out); return;
       case Rc::session_expired: {
         MachineEvent over{Kind::expired};
@@ -432,33 +437,47 @@ void LockMachine::on_order_stats(const MachineEvent& ev, Commands& out) {
       }
       default: fail(Errc::system_error, "reading the order of " + cfg_.lock_path, out); return;
     }
-  }
-  if (ev.stats.size() < stats_names_.size()) {
-    transient(out);
-    return;
+    if (!copy_) {  // an exact listing: the one node of ours it found
+      if (st.rc == Rc::no_node) {
+        relist(out);  // gone since the listing: look again
+        return;
+      }
+      adopt_czxid_ = st.czxid;
+      continue;
+    }
+    auto it = std::find_if(copy_->begin(), copy_->end(), [&](const Entry& e) { return e.node.name == stats_names_[i]; });
+    if (it == copy_->end()) continue;
+    if (st.rc == Rc::ok) it->czxid = st.czxid;
+    else copy_->erase(it);
   }
   evaluate(out);
 }
 
-// REQUIRES: queue_ holds a listing issued after our create, with every czxid
-// its order needs. Invariant (4).
+// REQUIRES: queue() holds a listing issued after our create, in exact
+// creation order. Invariant (4).
 void LockMachine::evaluate(Commands& out) {
-  auto key = [](const Entry& e) { return key_of(e.node, e.czxid); };
-  model::sort_by_creation(queue_, key);
   // Our earliest node is the one that queues; later ones (a lost create
   // that ran after all) are deleted.
   std::optional<std::size_t> mine;
-  for (std::size_t i = 0; i < queue_.size();) {
-    if (!ours(queue_[i].node.guid)) {
-      ++i;
-      continue;
+  std::int64_t czxid = 0;
+  if (copy_) {
+    model::sort_by_creation(*copy_, [](const Entry& e) { return key_of(e.node, e.czxid); });
+    for (std::size_t i = 0; i < copy_->size();) {
+      if (!ours((*copy_)[i].node.guid)) {
+        ++i;
+      } else if (!mine) {
+        mine = i++;
+      } else {
+        remove_extra((*copy_)[i].node.name, out);
+        copy_->erase(copy_->begin() + static_cast<std::ptrdiff_t>(i));
+      }
     }
-    if (!mine) {
-      mine = i++;
-      continue;
-    }
-    remove_extra(queue_[i].node.name, out);
-    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
+    if (mine) czxid = (*copy_)[*mine].czxid;
+  } else {
+    const auto& idx = listing_->by_attempt.at(cfg_.guid.substr(0, 24));
+    mine = idx.front();  // later ones stay in the shared listing, behind us
+    for (std::size_t k = 1; k < idx.size(); ++k) remove_extra(listing_->nodes[idx[k]].node.name, out);
+    czxid = listing_->nodes[*mine].node.name == name_ && node_ == NodeState::exists ? czxid_ : adopt_czxid_;
   }
   if (!mine) {  // every node of ours vanished between listing and stats
     if (node_ == NodeState::exists) on_own_gone(out);
@@ -466,23 +485,22 @@ void LockMachine::evaluate(Commands& out) {
     return;
   }
   self_ = *mine;
-  const auto& me = queue_[self_];
-  if (me.node.name != name_) {  // adopt it (a create whose answer was lost, or an earlier duplicate)
-    if (node_ == NodeState::exists && !name_.empty()) remove_extra(name_, out);
-    name_ = me.node.name;
-    czxid_ = me.czxid;
+  const auto& me = queue()[self_].node;
+  if (me.name != name_ || node_ != NodeState::exists) {  // adopt it (a lost create's answer, or an earlier duplicate)
+    if (node_ == NodeState::exists && !name_.empty() && me.name != name_) remove_extra(name_, out);
+    name_ = me.name;
+    czxid_ = czxid;
     node_ = NodeState::exists;
     watch_own(out);
   }
-  const auto mode = [](const Entry& e) { return e.node.mode; };
-  const auto blocker = model::nearest_blocker(queue_, self_, mode);
+  const auto blocker = model::nearest_blocker(queue(), self_, [](const Entry& e) { return e.node.mode; });
   if (!blocker) {
     grant(out);
     return;
   }
   blocker_ = *blocker;
   blocker_tag_ = next_tag();
-  out.push_back(request(Cmd::watch_blocker, blocker_tag_, queue_[blocker_].node.name));
+  out.push_back(request(Cmd::watch_blocker, blocker_tag_, queue()[blocker_].node.name));
 }
 
 // The hand-off. The nodes ahead of us only ever shrink: our listing ran
@@ -491,10 +509,10 @@ void LockMachine::evaluate(Commands& out) {
 // listing that could block us, its deletion leaves nothing ahead that blocks
 // — released, abandoned or revoked alike — and no read is needed.
 void LockMachine::on_blocker_gone(Commands& out) {
-  const auto waiter = queue_[self_].node.mode;
+  const auto waiter = queue()[self_].node.mode;
   bool only = true;
   for (std::size_t j = 0; j < self_ && only; ++j) {
-    only = j == blocker_ || !model::blocks(waiter, queue_[j].node.mode);
+    only = j == blocker_ || !model::blocks(waiter, queue()[j].node.mode);
   }
   if (only) {
     grant(out);
@@ -513,7 +531,7 @@ void LockMachine::on_marker(const MachineEvent& ev, Commands& out) {
     transient(out);
     return;
   }
-  const auto& blocker = queue_[blocker_].node;
+  const auto& blocker = queue()[blocker_].node;
   if (ev.rc != Rc::ok || ev.data != blocker.name) {
     relist(out);
     return;
@@ -524,8 +542,8 @@ void LockMachine::on_marker(const MachineEvent& ev, Commands& out) {
   }
   std::vector<std::string> names;
   for (std::size_t j = 0; j < self_; ++j) {
-    if (j != blocker_ && model::blocks(queue_[self_].node.mode, queue_[j].node.mode)) {
-      names.push_back(queue_[j].node.name);
+    if (j != blocker_ && model::blocks(queue()[self_].node.mode, queue()[j].node.mode)) {
+      names.push_back(queue()[j].node.name);
     }
   }
   if (names.empty()) {
@@ -555,7 +573,7 @@ void LockMachine::on_candidates(const MachineEvent& ev, Commands& out) {
     }
     if (rc == Rc::no_node) continue;
     for (std::size_t j = 0; j < self_; ++j) {
-      if (queue_[j].node.name == stats_names_[i] && (!nearest || j > *nearest)) nearest = j;
+      if (queue()[j].node.name == stats_names_[i] && (!nearest || j > *nearest)) nearest = j;
     }
   }
   if (!nearest) {
@@ -564,7 +582,7 @@ void LockMachine::on_candidates(const MachineEvent& ev, Commands& out) {
   }
   blocker_ = *nearest;
   blocker_tag_ = next_tag();
-  out.push_back(request(Cmd::watch_blocker, blocker_tag_, queue_[blocker_].node.name));
+  out.push_back(request(Cmd::watch_blocker, blocker_tag_, queue()[blocker_].node.name));
 }
 
 void LockMachine::watch_own(Commands& out) {
@@ -629,8 +647,10 @@ void LockMachine::on_session(const MachineEvent& ev, Commands& out) {
       break;
     case Kind::validity_expired:
       if (phase_ == Phase::held) {
-        lose(LossReason::validity_expired, "disconnected past the validity bound; the session may have expired",
-             out);
+        lose(LossReason::validity_expired, "the validity bound passed; the session may have expired", out);
+        // Still connected (a pause, or answers the leader never ordered):
+        // give the lock up now; a disconnected holder does on reconnect.
+        if (connected_ && node_ == NodeState::exists) remove_own(true, out);
       }
       break;
     case Kind::reconnected:
@@ -794,7 +814,7 @@ void LockMachine::sweep(Commands& out) {
   out.push_back(request(Cmd::list, list_tag_));
 }
 
-void LockMachine::on_sweep(const MachineEvent& ev, Commands& out) {
+void LockMachine::on_sweep(const MachineEvent& ev, const Listing& listing, Commands& out) {
   if (ev.rc == Rc::connection_loss || !barrier_done_) {  // proves nothing: again once connected
     sweep(out);
     return;
@@ -802,11 +822,10 @@ void LockMachine::on_sweep(const MachineEvent& ev, Commands& out) {
   sweep_pending_ = false;
   if (node_ == NodeState::unknown) node_ = NodeState::none;  // found below, or it never ran
   if (ev.rc != Rc::ok) return;                                 // no_node: the lock path is gone, so is ours
-  for (const auto& child : ev.children) {
-    auto parsed = parse_lock_node_name(child);
-    if (!parsed || !ours(parsed->guid)) continue;
-    if (child == name_ && (node_ == NodeState::exists || node_ == NodeState::deleting)) continue;
-    remove_extra(child, out);
+  for (const auto& e : listing.nodes) {
+    if (!ours(e.node.guid)) continue;
+    if (e.node.name == name_ && (node_ == NodeState::exists || node_ == NodeState::deleting)) continue;
+    remove_extra(e.node.name, out);
   }
 }
 

@@ -36,6 +36,8 @@
 
 #include <cstdint>
 #include <map>
+#include <unordered_map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -61,6 +63,21 @@ struct NodeStat {
   Rc rc = Rc::ok;
   std::int64_t czxid = 0;
 };
+
+// One listing of a lock, parsed and put in suffix order once: a batched
+// get_children serves many machines of one client, and each must not pay
+// O(queue) to parse it again (a burst of N local waiters would cost N^2).
+struct QueueEntry {
+  LockNodeName node;
+  std::int64_t czxid = 0;  // 0: not known
+};
+struct Listing {
+  std::vector<QueueEntry> nodes;  // the zklock children (foreign ones dropped); in creation order when `exact`
+  bool exact = false;             // the suffixes alone give the creation order (model/queue_order.hpp)
+  // The first 24 GUID digits (one attempt's creates) → indices, ascending.
+  std::unordered_map<std::string, std::vector<std::size_t>> by_attempt;
+};
+std::shared_ptr<const Listing> parse_listing(const std::vector<std::string>& children);
 
 struct MachineEvent {
   enum class Kind {
@@ -100,7 +117,8 @@ struct MachineEvent {
   std::int64_t czxid = 0;              // created
   std::int64_t mzxid = 0;              // touched
   std::int32_t version = 0;            // touched: the node's new data version
-  std::vector<std::string> children;   // listed
+  std::vector<std::string> children;   // listed (parsed by the machine when `listing` is null)
+  std::shared_ptr<const Listing> listing;  // listed: the parsed listing, shared
   std::vector<NodeStat> stats;         // stats_read
   std::string data;                    // marker_read, record_read
   Errc errc = Errc::cancelled;         // cancel; rc == error: the ZooKeeper code
@@ -177,17 +195,14 @@ class LockMachine {
 
  private:
   enum class NodeState { none, creating, unknown, exists, deleting, gone };
-  struct Entry {
-    LockNodeName node;
-    std::int64_t czxid = 0;
-  };
+  using Entry = QueueEntry;
   enum class StatsFor { order, candidates };
 
   void send_create(Commands& out);
   void relist(Commands& out);     // a fresh listing; older answers become stale
   void transient(Commands& out);  // a step's outcome is unknown: list again (now, or on reconnect)
   void on_created(const MachineEvent& ev, Commands& out);
-  void on_listed(const MachineEvent& ev, Commands& out);
+  void on_listed(const MachineEvent& ev, std::shared_ptr<const Listing> listing, Commands& out);
   void on_order_stats(const MachineEvent& ev, Commands& out);
   void evaluate(Commands& out);
   void on_blocker_gone(Commands& out);
@@ -205,12 +220,12 @@ class LockMachine {
   void remove_extra(const std::string& name, Commands& out);
   void resend_extra(const std::string& name, Commands& out);
   void sweep(Commands& out);  // list, and delete every other node with our GUID
-  void on_sweep(const MachineEvent& ev, Commands& out);
+  void on_sweep(const MachineEvent& ev, const Listing& listing, Commands& out);
   // Retained leases (invariant 5).
   void on_release(Commands& out);
   void on_children_changed(const MachineEvent& ev, Commands& out);
   void on_retake(Commands& out);
-  void on_retake_listed(const MachineEvent& ev, Commands& out);
+  void on_retake_listed(const MachineEvent& ev, const Listing& listing, Commands& out);
   void end_retention(Commands& out);  // the real release of a retained node
   void release_done(Commands& out);   // our node is gone: releasing/ending -> released
   bool retaining() const { return cfg_.retain && cfg_.mode == Mode::exclusive; }
@@ -257,7 +272,12 @@ class LockMachine {
   std::map<std::uint64_t, std::string> extra_tags_;  // their removes in flight
 
   // The last listing, in creation order once ordered; our index in it.
-  std::vector<Entry> queue_;
+  // The last listing, in creation order once ordered: the shared listing
+  // itself when its suffixes suffice, else our copy with the czxids read.
+  std::shared_ptr<const Listing> listing_;
+  std::shared_ptr<std::vector<Entry>> copy_;
+  std::int64_t adopt_czxid_ = 0;  // exact listings: the czxid read for the node we adopt
+  const std::vector<Entry>& queue() const { return copy_ ? *copy_ : listing_->nodes; }
   std::size_t self_ = 0;
   std::size_t blocker_ = 0;  // index into queue_ of the watched node (or the one just gone)
 };
