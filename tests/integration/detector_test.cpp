@@ -1,17 +1,20 @@
 // zklock-detector against a real ZooKeeper server. Cycles are planted by
 // creating lock nodes directly (EPHEMERAL_SEQUENTIAL children with zklock
 // names and data, one session per owner) — exactly how a client in another
-// language would appear to the detector.
+// language would appear to the detector. The retained-lease tests at the end
+// use real FairMutex clients instead (the idle node is the library's).
 #include <gtest/gtest.h>
 
 #include <condition_variable>
 #include <cstdio>
 #include <future>
+#include <memory>
 #include <mutex>
 
 #include "detector/daemon.hpp"
 #include "running_daemon.hpp"
 #include "zk_harness.hpp"
+#include "zklock/fair_mutex.hpp"
 #include "zklock/node_data.hpp"
 #include "zklock/revocation.hpp"
 #include "zklock/token.hpp"
@@ -376,6 +379,186 @@ TEST(Detector, StandbyTakesOverAndADeposedLeaderCannotRevoke) {
   EXPECT_EQ(result.outcome, RevokeOutcome::deposed) << result.detail;
   EXPECT_TRUE(exists(c.client(), u.b_waits));
   EXPECT_FALSE(read_revocation_record(c.client(), u.b_waits));
+}
+
+// ---------------------------------------------------------------------------
+// Retained leases (issue 16). An idle retained node is, to the detector, a
+// node held by its owner. Owner A releases X with retain on (its node stays,
+// idle), then waits on Y, held by B; B queues on X behind A's idle node. For
+// a moment the wait-for graph has the cycle A -[Y]-> B -[X]-> A. It
+// dissolves as soon as A's children watch on X fires: A releases X for real
+// and B is granted. The detector must never revoke anything for it.
+//
+// Why a detector WOULD revoke if the cycle persisted: A's wait on Y is aged
+// past min-wait before B queues, so the cycle counts as soon as B's wait is
+// min-wait (1 s here) old; the detector's fast path scans at that deadline
+// (TheFastPathScansAtTheMinWaitDeadlineNotAtTheNextTick). The control test
+// below runs the same steps with A holding X for real, and the detector
+// revokes B's wait within min-wait + interval + 1 s.
+
+AcquireOptions as(const char* owner) {
+  AcquireOptions o;
+  o.owner = owner;
+  return o;
+}
+
+// An acquire_async, waited for from the test thread. The callback owns the
+// promise: it may still run (with an error) while the clients close after a
+// failed assertion.
+struct Pending {
+  std::shared_ptr<std::promise<AcquireResult>> promise = std::make_shared<std::promise<AcquireResult>>();
+  std::future<AcquireResult> result = promise->get_future();
+  AcquireCallback callback() {
+    return [p = promise](AcquireResult r) { p->set_value(std::move(r)); };
+  }
+  bool done(std::chrono::milliseconds within) { return result.wait_for(within) == std::future_status::ready; }
+};
+
+ClientOptions owner_client() { return {.connect = test::shared_server().connect_string(), .session_timeout = 6s}; }
+
+// The node of `lock` other than `not_this` (a full path), or "" if none.
+std::string other_node(Client& c, const std::string& lock, const std::string& not_this) {
+  for (const auto& name : c.children(lock)) {
+    if (lock + "/" + name != not_this) return lock + "/" + name;
+  }
+  return {};
+}
+
+// A min-wait of 1 s: the dissolving cycle lasts one notification and one
+// multi (tens of ms), so a loaded machine has ample margin, and the control
+// still revokes within about 1.2 s.
+DetectorConfig retain_config(const std::string& root) {
+  auto cfg = config(root);
+  cfg.min_wait = 1s;
+  return cfg;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+TEST(Detector, ACycleThroughAnIdleRetainedNodeDissolvesAndIsNeverRevoked) {
+  const auto root = test::unique_path("det-retain");
+  const auto x = root + "/x", y = root + "/y";
+  const auto cfg = retain_config(root);
+  Running run(cfg);
+  ASSERT_TRUE(run.daemon().election().wait_leader(10s));
+  ASSERT_TRUE(run.daemon().mirror().wait_idle(10s));
+
+  Client ca(owner_client()), cb(owner_client());
+  FairMutex ax(ca, x, {.retain = 60s}), ay(ca, y);  // retained far longer than the test: only the watch ends it
+  FairMutex bx(cb, x), by(cb, y);
+
+  Lease a_first = ax.acquire(as("A"));
+  const auto a_x = a_first.node_path();
+  a_first.release();
+  ASSERT_TRUE(ca.stat(a_x)) << "A's node on X stays, idle retained";
+
+  Lease b_y = by.acquire(as("B"));
+  Pending a_on_y;
+  ay.acquire_async(a_on_y.callback(), as("A"));
+  ASSERT_TRUE(test::eventually([&] { return cb.children(y).size() == 2; }, 5s));
+  const auto a_y = other_node(cb, y, b_y.node_path());
+  // A's wait on Y ages past min-wait: from now on B's wait on X is all a
+  // revocation would need (see the control test).
+  std::this_thread::sleep_for(cfg.min_wait + cfg.interval);
+  ASSERT_FALSE(a_on_y.done(0ms));
+
+  const auto queued = std::chrono::steady_clock::now();
+  Pending b_on_x;
+  bx.acquire_async(b_on_x.callback(), as("B"));
+  ASSERT_TRUE(b_on_x.done(5s)) << "B not granted X behind A's idle retained node";
+  const auto granted_ms = ms_since(queued);
+  auto bx_result = b_on_x.result.get();
+  ASSERT_FALSE(bx_result.error) << bx_result.error->what();
+  const auto b_x = bx_result.lease.node_path();
+  EXPECT_FALSE(ca.stat(a_x)) << "A's retained node was released for real";
+  std::printf("[ detector ] B granted X %.1f ms after queueing behind A's idle retained node (min-wait %lld ms)\n",
+              granted_ms, static_cast<long long>(cfg.min_wait.count()));
+  EXPECT_LT(granted_ms, static_cast<double>(cfg.min_wait.count())) << "the cycle outlived min-wait";
+
+  // Watch over min-wait plus ten intervals plus a second: B's wait would
+  // have been revoked about min-wait (+ one scan) after it queued.
+  const auto scans_before = run.daemon().metrics().scans();
+  std::this_thread::sleep_for(cfg.min_wait + 10 * cfg.interval + 1s);
+  const auto scans = run.daemon().metrics().scans() - scans_before;
+  std::printf("[ detector ] %llu scans over %.1f s after the grant: outcomes %zu, cycles detected %llu\n",
+              static_cast<unsigned long long>(scans), ms_since(queued) / 1000.0, run.outcomes().size(),
+              static_cast<unsigned long long>(run.daemon().metrics().cycles_detected()));
+  EXPECT_GE(scans, 5u);
+  EXPECT_TRUE(run.outcomes().empty());
+  EXPECT_EQ(run.daemon().metrics().cycles_detected(), 0u);
+  EXPECT_EQ(run.daemon().metrics().revocations("revoked"), 0u);
+  for (const auto& node : {a_x, a_y, b_x, b_y.node_path()}) {
+    EXPECT_FALSE(read_revocation_record(ca, node)) << node;
+  }
+  EXPECT_TRUE(bx_result.lease.valid());
+  EXPECT_TRUE(b_y.valid());
+  if (a_on_y.done(0ms)) {
+    auto early = a_on_y.result.get();
+    FAIL() << "A's wait on Y ended while B holds Y: " << (early.error ? early.error->what() : "granted");
+  }
+  EXPECT_TRUE(ca.stat(a_y));
+
+  // B finishes; A is granted Y (not a deadlock victim).
+  b_y.release();
+  ASSERT_TRUE(a_on_y.done(5s));
+  auto ay_result = a_on_y.result.get();
+  ASSERT_FALSE(ay_result.error) << ay_result.error->what();
+  EXPECT_TRUE(ay_result.lease.valid());
+  ay_result.lease.release();
+  bx_result.lease.release();
+}
+
+// The control: the same steps, but A holds X for real. The cycle persists
+// and the detector breaks it by revoking B's wait (the youngest) — so the
+// timing above is one in which a persisting cycle is revoked.
+TEST(Detector, RetainedControlTheSameCycleThroughAHeldNodeIsRevoked) {
+  const auto root = test::unique_path("det-retain-ctl");
+  const auto x = root + "/x", y = root + "/y";
+  const auto cfg = retain_config(root);
+  Running run(cfg);
+  ASSERT_TRUE(run.daemon().election().wait_leader(10s));
+  ASSERT_TRUE(run.daemon().mirror().wait_idle(10s));
+
+  Client ca(owner_client()), cb(owner_client());
+  FairMutex ax(ca, x), ay(ca, y);
+  FairMutex bx(cb, x), by(cb, y);
+
+  Lease a_x = ax.acquire(as("A"));  // held, not released
+  Lease b_y = by.acquire(as("B"));
+  Pending a_on_y;
+  ay.acquire_async(a_on_y.callback(), as("A"));
+  ASSERT_TRUE(test::eventually([&] { return cb.children(y).size() == 2; }, 5s));
+  std::this_thread::sleep_for(cfg.min_wait + cfg.interval);
+
+  const auto queued = std::chrono::steady_clock::now();
+  Pending b_on_x;
+  bx.acquire_async(b_on_x.callback(), as("B"));
+  const auto bound = cfg.min_wait + cfg.interval + 1s;
+  ASSERT_TRUE(b_on_x.done(10s)) << "B's wait on X was never revoked";
+  const auto revoked_ms = ms_since(queued);
+  auto bx_result = b_on_x.result.get();
+  ASSERT_TRUE(bx_result.error) << "B granted X while A holds it";
+  EXPECT_EQ(bx_result.error->code(), Errc::deadlock_victim) << bx_result.error->what();
+  std::printf("[ detector ] control: B's wait revoked %.1f ms after queueing (bound %lld ms)\n", revoked_ms,
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(bound).count()));
+  EXPECT_LT(revoked_ms, (std::chrono::duration<double, std::milli>(bound).count()));
+  const auto revoked = run.wait_for("revoked", 1, 5s);
+  ASSERT_EQ(revoked.size(), 1u);
+  EXPECT_EQ(revoked[0].victim.owner, "B");
+  const auto rec = read_revocation_record(ca, revoked[0].victim.node);
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(cycle_text(*rec), "A -[" + y + "]-> B -[" + x + "]-> A");
+  EXPECT_EQ(run.daemon().metrics().revocations("revoked"), 1u);
+
+  EXPECT_FALSE(a_on_y.done(0ms));
+  b_y.release();
+  ASSERT_TRUE(a_on_y.done(5s));
+  auto ay_result = a_on_y.result.get();
+  ASSERT_FALSE(ay_result.error) << ay_result.error->what();
+  ay_result.lease.release();
+  a_x.release();
 }
 
 }  // namespace
