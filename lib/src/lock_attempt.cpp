@@ -291,9 +291,12 @@ void LockAttempt::execute_locked(LockMachine::Commands cmds) {
     if (c.kind >= Cmd::granted) report_locked(c);
     else send_locked(c);
   }
+  // Invariant (3): once released or failed, nobody need hold the attempt
+  // (release_async's caller drops its Lease at once), yet the remove in
+  // flight must still be answered, retried after a reconnect, and reported.
   const auto phase = machine_->phase();
   const bool over = phase == LockMachine::Phase::failed || phase == LockMachine::Phase::released ||
-                    phase == LockMachine::Phase::ending;
+                    phase == LockMachine::Phase::releasing || phase == LockMachine::Phase::ending;
   if (over && !machine_->finished()) keep_alive_while_cleaning();
 }
 
