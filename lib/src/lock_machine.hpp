@@ -234,6 +234,7 @@ class LockMachine {
   std::string guid_for(std::uint32_t n) const;  // the GUID of our n-th create
   bool ours(std::string_view guid) const;       // a GUID of one of our creates
   std::uint64_t next_tag() { return ++tag_; }
+  static MachineCommand request(MachineCommand::Kind kind, std::uint64_t tag, std::string name = {});
 
   MachineConfig cfg_;
   Phase phase_ = Phase::idle;
