@@ -15,10 +15,19 @@ thread_local std::uint64_t tl_callback_epoch = 0;
 thread_local bool tl_in_callback = false;
 
 // The C client's log goes to spdlog. Its callback carries no context, so it
-// uses one process-wide logger.
-std::shared_ptr<spdlog::logger>& zk_c_logger() {
-  static std::shared_ptr<spdlog::logger> logger;
-  return logger;
+// uses one process-wide logger: set by every Client that starts, read by
+// every C-client thread that logs (ThreadSanitizer caught the two racing).
+std::mutex g_zk_logger_mu;
+std::shared_ptr<spdlog::logger> g_zk_logger;  // GUARDED_BY(g_zk_logger_mu)
+
+std::shared_ptr<spdlog::logger> zk_c_logger() {
+  std::lock_guard lk(g_zk_logger_mu);
+  return g_zk_logger;
+}
+
+void set_zk_c_logger(std::shared_ptr<spdlog::logger> logger) {
+  std::lock_guard lk(g_zk_logger_mu);
+  g_zk_logger = std::move(logger);
 }
 
 void zk_log_callback(const char* message) noexcept {
@@ -168,7 +177,7 @@ Handle* Client::Impl::open_handle() {
 }
 
 void Client::Impl::start() {
-  zk_c_logger() = log;
+  set_zk_c_logger(log);
   timer_thread_ = std::thread([this] { timer_loop(); });
   user_thread_ = std::thread([this] { callback_loop(); });
   try {
