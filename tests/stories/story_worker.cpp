@@ -228,6 +228,7 @@ struct Slot {
   std::mutex mu;
   zklock::Lease lease;  // GUARDED_BY(mu)
   bool done = false;    // GUARDED_BY(mu)
+  bool failed = false;  // GUARDED_BY(mu): done without a grant (a released slot has no lease either)
 };
 
 class Worker {
@@ -267,6 +268,7 @@ class Worker {
                                        std::string(zklock::errc_name(r.error->code())) + " msg=" + r.error->what());
             std::lock_guard lock(slot->mu);
             slot->done = true;
+            slot->failed = true;
             return;
           }
           // Under the slot's mutex, so a command answering "acquired" finds
@@ -361,7 +363,7 @@ class Worker {
           int failed = 0;
           for (auto& sl : slots) {
             std::lock_guard l2(sl->mu);
-            if (sl->done && !sl->lease) ++failed;
+            if (sl->failed) ++failed;
           }
           if (failed + finished >= args_.waiters) break;
           continue;
