@@ -108,9 +108,7 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
   };
   // Any answer saying the session is over ends it, like the session event.
   if (ev.rc == Rc::session_expired && ev.kind < Kind::disconnected) {
-    MachineEvent over{Kind::expired};
-    over.epoch = cfg_.epoch;
-    on_session(over, out);
+    session_over(out);
     return out;
   }
   switch (ev.kind) {
@@ -301,12 +299,7 @@ void LockMachine::on_listed(const MachineEvent& ev, std::shared_ptr<const Listin
     evaluate(out);
     return;
   }
-  stats_for_ = StatsFor::order;
-  stats_names_ = std::move(needed);
-  stats_tag_ = next_tag();
-  MachineCommand c = request(Cmd::read_stats, stats_tag_);
-  c.names = stats_names_;
-  out.push_back(std::move(c));
+  read_stats(StatsFor::order, std::move(needed), out);
 }
 
 // Only ZNONODE means gone. Any other failure resyncs or fails, never grants.
@@ -321,12 +314,7 @@ void LockMachine::on_order_stats(const MachineEvent& ev, Commands& out) {
       case Rc::ok:
       case Rc::no_node: break;
       case Rc::connection_loss: transient(out); return;
-      case Rc::session_expired: {
-        MachineEvent over{Kind::expired};
-        over.epoch = cfg_.epoch;
-        on_session(over, out);
-        return;
-      }
+      case Rc::session_expired: session_over(out); return;
       default: fail(Errc::system_error, "reading the order of " + cfg_.lock_path, out); return;
     }
     if (!copy_) {  // an exact listing: the one node of ours it found
@@ -390,9 +378,7 @@ void LockMachine::evaluate(Commands& out) {
     grant(out);
     return;
   }
-  blocker_ = *blocker;
-  blocker_tag_ = next_tag();
-  out.push_back(request(Cmd::watch_blocker, blocker_tag_, queue()[blocker_].node.name));
+  watch_blocker(*blocker, out);
 }
 
 // The hand-off. The nodes ahead of us only ever shrink: our listing ran
@@ -442,12 +428,7 @@ void LockMachine::on_marker(const MachineEvent& ev, Commands& out) {
     grant(out);
     return;
   }
-  stats_for_ = StatsFor::candidates;
-  stats_names_ = names;
-  stats_tag_ = next_tag();
-  MachineCommand c = request(Cmd::read_stats, stats_tag_);
-  c.names = std::move(names);
-  out.push_back(std::move(c));
+  read_stats(StatsFor::candidates, std::move(names), out);
 }
 
 // The nearest earlier node that still exists and blocks us is watched next.
@@ -472,9 +453,31 @@ void LockMachine::on_candidates(const MachineEvent& ev, Commands& out) {
     grant(out);
     return;
   }
-  blocker_ = *nearest;
+  watch_blocker(*nearest, out);
+}
+
+// One exists watch, on one node of queue(): no herd.
+void LockMachine::watch_blocker(std::size_t index, Commands& out) {
+  blocker_ = index;
   blocker_tag_ = next_tag();
   out.push_back(request(Cmd::watch_blocker, blocker_tag_, queue()[blocker_].node.name));
+}
+
+// Pipelined exists (no watch) on `names`; the answer goes to `purpose`.
+void LockMachine::read_stats(StatsFor purpose, std::vector<std::string> names, Commands& out) {
+  stats_for_ = purpose;
+  stats_names_ = std::move(names);
+  stats_tag_ = next_tag();
+  MachineCommand c = request(Cmd::read_stats, stats_tag_);
+  c.names = stats_names_;
+  out.push_back(std::move(c));
+}
+
+// An answer said the session is over: as the session event would.
+void LockMachine::session_over(Commands& out) {
+  MachineEvent over{Kind::expired};
+  over.epoch = cfg_.epoch;
+  on_session(over, out);
 }
 
 void LockMachine::grant(Commands& out) {

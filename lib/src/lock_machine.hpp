@@ -208,6 +208,9 @@ class LockMachine {
   void on_blocker_gone(Commands& out);
   void on_marker(const MachineEvent& ev, Commands& out);
   void on_candidates(const MachineEvent& ev, Commands& out);
+  void watch_blocker(std::size_t index, Commands& out);
+  void read_stats(StatsFor purpose, std::vector<std::string> names, Commands& out);
+  void session_over(Commands& out);
   void watch_own(Commands& out);
   void on_own_gone(Commands& out);
   void on_record(const MachineEvent& ev, Commands& out);

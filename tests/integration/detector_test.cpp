@@ -433,9 +433,7 @@ DetectorConfig retain_config(const std::string& root) {
   return cfg;
 }
 
-double ms_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-}
+using test::ms_since;
 
 TEST(Detector, ACycleThroughAnIdleRetainedNodeDissolvesAndIsNeverRevoked) {
   const auto root = test::unique_path("det-retain");

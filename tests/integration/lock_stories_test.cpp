@@ -45,7 +45,7 @@ using test::unique_lock_path;
 
 using test::eventually;
 
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+using test::ms_since;
 
 // A fresh directory under the system temp dir, removed at scope exit.
 struct TempDir {

@@ -29,8 +29,6 @@ namespace {
 using test::ZkServer;
 
 constexpr int kWorkers = 4;
-// The C client's INFO lines of the test's own probe sessions drown the story output.
-const bool kQuietZkLog = (zoo_set_debug_level(ZOO_LOG_LEVEL_WARN), true);
 constexpr int kSessionMs = 1000;
 
 std::uint64_t env_or(const char* name, std::uint64_t fallback) {

@@ -25,16 +25,7 @@ using test::ZkServer;
 using test::ZkServerOptions;
 
 constexpr int kTickMs = 200;
-// The C client's INFO lines of the test's own probe sessions drown the story output.
-const bool kQuietZkLog = (zoo_set_debug_level(ZOO_LOG_LEVEL_WARN), true);
 
-template <typename... Args>
-void report(const char* fmt, Args... args) {
-  std::printf("[story] ");
-  std::printf(fmt, args...);
-  std::printf("\n");
-  std::fflush(stdout);
-}
 
 // Children of `lock` sorted by sequence (zklock nodes only).
 std::vector<LockNodeName> queue_of(ZkHandle& h, const std::string& lock) {

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -37,6 +38,19 @@ using namespace std::chrono_literals;
 using test::ChildProcess;
 using test::SpawnOptions;
 using std::chrono::milliseconds;
+
+// The C client's INFO lines of the tests' own probe sessions drown the story
+// output: every story binary sets the level once, at start-up.
+inline const bool kQuietZkLog = (zoo_set_debug_level(ZOO_LOG_LEVEL_WARN), true);
+
+// One "[story] ..." line: the figure a story measured.
+template <typename... Args>
+void report(const char* fmt, Args... args) {
+  std::printf("[story] ");
+  std::printf(fmt, args...);
+  std::printf("\n");
+  std::fflush(stdout);
+}
 
 class StoryError : public std::runtime_error {
  public:

@@ -31,15 +31,7 @@ using test::ZkHandle;
 using test::ZkServer;
 using test::ZkServerOptions;
 
-const bool kQuietZkLog = (zoo_set_debug_level(ZOO_LOG_LEVEL_WARN), true);
 
-template <typename... Args>
-void report(const char* fmt, Args... args) {
-  std::printf("[story] ");
-  std::printf(fmt, args...);
-  std::printf("\n");
-  std::fflush(stdout);
-}
 
 WorkerConfig config(const std::string& name, const std::string& connect, const std::string& lock,
                     const std::string& db, int session_ms) {

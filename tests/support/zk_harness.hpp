@@ -290,6 +290,11 @@ class ZkEnsemble {
 // (see unique_path()).  Do not stop or pause it; start an own ZkServer for that.
 ZkServer& shared_server();
 
+// Milliseconds since `t`, for the figures tests print.
+inline double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
 // Polls `pred` from the calling thread every few milliseconds until it holds
 // or `timeout` passes; returns whether it held. For conditions that have no
 // event to wait on (a node count seen through a listing, a process's output).
