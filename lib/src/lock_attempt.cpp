@@ -125,13 +125,19 @@ void watch_deletion(Client::Impl* impl, std::weak_ptr<LockAttempt> weak, std::ui
   });
 }
 
+// The owner a request acts for: its own, else the thread's OwnerScope, else
+// the client's default.
+std::string owner_for(const Client& client, const AcquireOptions& o) {
+  return !o.owner.empty()                  ? o.owner
+         : !OwnerScope::current().empty() ? OwnerScope::current()
+                                          : client.default_owner();
+}
+
 }  // namespace
 
 LockAttempt::LockAttempt(Client& client, AttemptRequest request, Done done)
     : client_(&client), impl_(client.impl().get()), impl_ref_(client.impl()), req_(std::move(request)), done_(std::move(done)) {
-  owner_ = !req_.options.owner.empty()        ? req_.options.owner
-           : !OwnerScope::current().empty() ? OwnerScope::current()
-                                            : client.default_owner();
+  owner_ = owner_for(client, req_.options);
   guid_ = new_guid();
   NodeData d;
   d.owner = owner_;
@@ -561,9 +567,7 @@ bool LockAttempt::retake(AttemptRequest& fallback, Done& done) {
   locked([&] {
     if (!machine_ || machine_->phase() != LockMachine::Phase::retained) return;
     const auto& o = fallback.options;
-    const std::string owner = !o.owner.empty()                  ? o.owner
-                              : !OwnerScope::current().empty() ? OwnerScope::current()
-                                                               : client_->default_owner();
+    const std::string owner = owner_for(*client_, o);
     if (owner != owner_ || o.priority != req_.options.priority || o.description != req_.options.description ||
         fallback.policy != req_.policy) {
       return;  // the node's data says who holds it and how: only the same holder re-takes
