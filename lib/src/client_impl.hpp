@@ -66,6 +66,14 @@ struct Handle {
   Client::Impl* impl = nullptr;
   std::uint64_t epoch = 0;
   bool connected_once = false;  // completion thread only
+  // Counts the session events seen on this handle (completion thread). Every
+  // change of connection, to another server or the same one, passes through
+  // one; the C client queues it ahead of every answer on the new connection.
+  // So a request issued at count c and answered at count c was sent and
+  // answered on one connection. (zoo_get_current_server() cannot tell: it
+  // returns a static buffer the C client's I/O threads all write, and with
+  // many clients in a process it misread a server change, ZOOKEEPER-4810.)
+  std::atomic<std::uint64_t> connection{0};
   Clock::time_point started;
   std::mutex watches_mu;
   std::unordered_set<WatchCtx*> watches;  // GUARDED_BY(watches_mu)
@@ -93,10 +101,11 @@ struct Client::Impl {
   static bool in_callback() noexcept;
 
   // Called for a server answer that the leader ordered after `sent` (a write
-  // of ours, or the read pipelined behind our sync), received from `server`
-  // over `h`. Raises the bound (see session.cpp: the proof needs an earlier
-  // such answer from the same server, at least one heartbeat period before).
-  void note_ordered(Handle* h, Clock::time_point sent, const std::string& server);
+  // of ours, or the read pipelined behind our sync), to a request issued on
+  // `h` at connection count `connection` (Handle::connection). Raises the
+  // bound (see session.cpp: the proof needs an earlier such answer on the
+  // same connection, at least one heartbeat period before).
+  void note_ordered(Handle* h, Clock::time_point sent, std::uint64_t connection);
   // The heartbeat: sync("/") and exists("/") pipelined; `done(ordered)` runs
   // on the completion thread (or the timer thread when unsent).
   void sync_then_read(std::function<void(bool ordered)> done);
@@ -198,11 +207,11 @@ struct Client::Impl {
   std::shared_mutex handle_mu_;
   Handle* handle_ = nullptr;  // GUARDED_BY(handle_mu_)
 
-  // The bound's evidence: send times of leader-ordered answers from
-  // evidence_server_, oldest first; and the bound whose lapse was reported.
+  // The bound's evidence: send times of leader-ordered answers on connection
+  // evidence_connection_, oldest first; and the bound whose lapse was reported.
   std::mutex bound_mu_;
   std::deque<Clock::time_point> evidence_;                                  // GUARDED_BY(bound_mu_)
-  std::string evidence_server_;                                             // GUARDED_BY(bound_mu_)
+  std::uint64_t evidence_connection_ = 0;                                   // GUARDED_BY(bound_mu_)
   std::uint64_t evidence_epoch_ = 0;                                        // GUARDED_BY(bound_mu_)
   Clock::rep lapse_reported_for_ = Clock::time_point::min().time_since_epoch().count();  // GUARDED_BY(bound_mu_)
 

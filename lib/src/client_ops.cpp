@@ -52,7 +52,9 @@ struct OpBase {
   Handle* h = nullptr;
   Clock::time_point sent;
   WatchCtx* watch = nullptr;
-  std::string server;  // writes only: the server the request went to
+  // The handle's connection count when the request was issued (Handle::
+  // connection): an answer is evidence for the bound only on that connection.
+  std::uint64_t connection = 0;
   // The context crosses from the issuing thread to the C client's completion
   // thread. The library queues it under its own mutexes, but ThreadSanitizer
   // does not see a happens-before on every path through the uninstrumented
@@ -62,12 +64,6 @@ struct OpBase {
   std::atomic<bool> published{false};
 };
 
-// The server `zh` is connected to now ("host:port"): a request sent now is
-// answered by it or fails with a connection loss.
-std::string current_server(zhandle_t* zh) {
-  const char* s = zoo_get_current_server(zh);
-  return s ? s : "";
-}
 
 template <class Fn>
 struct OpCtx : OpBase {
@@ -95,7 +91,7 @@ std::unique_ptr<Ctx> begin_completion(const void* data, int rc, bool watch_regis
   std::unique_ptr<Ctx> ctx(static_cast<Ctx*>(const_cast<void*>(data)));
   (void)ctx->published.load(std::memory_order_acquire);  // see OpBase::published
   untrack(ctx->h, ctx.get());
-  if (leader_ordered && server_answered(rc)) ctx->impl->note_ordered(ctx->h, ctx->sent, ctx->server);
+  if (leader_ordered && server_answered(rc)) ctx->impl->note_ordered(ctx->h, ctx->sent, ctx->connection);
   if (ctx->watch != nullptr && !watch_registered) {
     std::lock_guard lk(ctx->h->watches_mu);
     if (ctx->h->watches.erase(ctx->watch) > 0) free_watch_ctx(ctx->watch);
@@ -196,7 +192,7 @@ void Client::Impl::create(std::string path, std::string data, CreateMode mode, C
   std::function<void(int)> fail = [shared_done](int rc) { (*shared_done)(Status{rc}, "", Stat{}); };
   issue(
       [&](zhandle_t* zh, Handle* h) {
-        auto* ctx = new Ctx{{this, h, Clock::now(), nullptr, current_server(zh)}, *shared_done};
+        auto* ctx = new Ctx{{this, h, Clock::now(), nullptr, h->connection.load()}, *shared_done};
         track(h, ctx, fail);
         const int rc = zoo_acreate2(
             zh, path.c_str(), data.data(), static_cast<int>(data.size()), acl(), to_zoo_mode(mode),
@@ -295,7 +291,7 @@ void Client::Impl::set_data(std::string path, std::string data, int version, Sta
   std::function<void(int)> fail = [shared_done](int rc) { (*shared_done)(Status{rc}, Stat{}); };
   issue(
       [&](zhandle_t* zh, Handle* h) {
-        auto* ctx = new Ctx{{this, h, Clock::now(), nullptr, current_server(zh)}, *shared_done};
+        auto* ctx = new Ctx{{this, h, Clock::now(), nullptr, h->connection.load()}, *shared_done};
         track(h, ctx, fail);
         const int rc = zoo_aset(
             zh, path.c_str(), data.data(), static_cast<int>(data.size()), version,
@@ -318,7 +314,7 @@ void Client::Impl::remove(std::string path, int version, VoidDone done) {
   std::function<void(int)> fail = [shared_done](int rc) { (*shared_done)(Status{rc}); };
   issue(
       [&](zhandle_t* zh, Handle* h) {
-        auto* ctx = new Ctx{{this, h, Clock::now(), nullptr, current_server(zh)}, *shared_done};
+        auto* ctx = new Ctx{{this, h, Clock::now(), nullptr, h->connection.load()}, *shared_done};
         track(h, ctx, fail);
         const int rc = zoo_adelete(
             zh, path.c_str(), version,
@@ -355,7 +351,7 @@ void Client::Impl::multi(std::vector<Op> ops, MultiDone done) {
         ctx->impl = this;
         ctx->h = h;
         ctx->sent = Clock::now();
-        ctx->server = current_server(zh);
+        ctx->connection = h->connection.load();
         ctx->done = *shared_done;
         ctx->ops = std::move(ops);
         track(h, ctx, fail);
@@ -425,8 +421,8 @@ void Client::Impl::sync_then_read(std::function<void(bool)> done) {
   issue(
       [&](zhandle_t* zh, Handle* h) -> int {
         const auto sent = Clock::now();
-        const auto server = current_server(zh);
-        auto* sync_ctx = new HeartbeatCtx{{this, h, sent, nullptr, server}, state};
+        const auto connection = h->connection.load();
+        auto* sync_ctx = new HeartbeatCtx{{this, h, sent, nullptr, connection}, state};
         track(h, sync_ctx, fail);
         int rc = zoo_async(
             zh, "/",
@@ -439,14 +435,14 @@ void Client::Impl::sync_then_read(std::function<void(bool)> done) {
           drop_unsent(sync_ctx);
           return rc;
         }
-        auto* read_ctx = new HeartbeatCtx{{this, h, sent, nullptr, server}, state};
+        auto* read_ctx = new HeartbeatCtx{{this, h, sent, nullptr, connection}, state};
         track(h, read_ctx, fail);
         rc = zoo_aexists(
             zh, "/", 0,
             [](int rc, const ::Stat*, const void* d) noexcept {
               auto c = begin_completion<HeartbeatCtx>(d, rc, false);
               const bool ordered = c->done->sync_ok && server_answered(rc);
-              if (ordered) c->impl->note_ordered(c->h, c->sent, c->server);
+              if (ordered) c->impl->note_ordered(c->h, c->sent, c->connection);
               CallbackScope scope(c->h->epoch);
               if (auto d2 = std::exchange(c->done->done, nullptr)) call_safely(c->impl, [&] { d2(ordered); });
             },

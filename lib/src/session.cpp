@@ -257,6 +257,7 @@ void Client::Impl::on_session_event(Handle* h, int zstate) {
     std::shared_lock lk(handle_mu_);
     if (h != handle_) return;
   }
+  h->connection.fetch_add(1);  // before any answer on a new connection (see Handle)
   std::optional<ConnectionState> public_state;
   SessionEvent ev{};
   if (zstate == ZOO_CONNECTED_STATE) {
@@ -376,19 +377,21 @@ std::chrono::milliseconds Client::Impl::heartbeat_period() const {
 // before t1 + timeout. Hence the bound is t1 + timeout − margin, for the
 // latest t1 with a later ordered answer at least a period after it.
 //
-// When the server changes (a reconnect elsewhere), the old server's touches
+// "The same server" is checked as "the same connection" (Handle::connection),
+// which is stricter. When the connection changes, the old server's touches
 // are no evidence about the new stream: the evidence starts over, and the
-// bound stays where the old evidence put it until two answers from the new
-// server raise it.
-void Client::Impl::note_ordered(Handle* h, Clock::time_point sent, const std::string& server) {
+// bound stays where the old evidence put it until two answers on the new
+// connection raise it. An answer that arrives after the connection changed
+// (counts differ) was not sent on the current one and is no evidence.
+void Client::Impl::note_ordered(Handle* h, Clock::time_point sent, std::uint64_t connection) {
   const auto period = heartbeat_period();
   const auto timeout = negotiated();
   const auto m = margin();
   std::lock_guard lk(bound_mu_);
-  if (h->epoch != epoch_.load()) return;
-  if (server != evidence_server_ || evidence_epoch_ != h->epoch) {
+  if (h->epoch != epoch_.load() || connection != h->connection.load()) return;
+  if (connection != evidence_connection_ || evidence_epoch_ != h->epoch) {
     evidence_.clear();
-    evidence_server_ = server;
+    evidence_connection_ = connection;
     evidence_epoch_ = h->epoch;
   }
   std::optional<Clock::time_point> base;  // latest evidence a period before `sent`
