@@ -4,11 +4,13 @@
 // idle node is deleted under us.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <future>
 #include <regex>
 #include <thread>
 
+#include "fault_proxy.hpp"
 #include "zk_harness.hpp"
 #include "zklock/fair_mutex.hpp"
 #include "zklock/shared_mutex.hpp"
@@ -18,6 +20,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using test::eventually;
+using test::ms_since;
 using test::unique_lock_path;
 
 ClientOptions opts_for(const std::string& connect) { return {.connect = connect, .session_timeout = 4s}; }
@@ -196,6 +199,53 @@ TEST(Retain, ClosingTheSessionWhileRetainedFreesTheLock) {
   auto b = m2.try_acquire_for(5s);
   ASSERT_TRUE(b);
   EXPECT_TRUE(b->valid());
+}
+
+// The server expires the session while the node is retained idle: the
+// client is cut off (a blackhole, so it cannot see the waiter queue and
+// release) for longer than its timeout. The waiter is granted once the
+// server expires the session, nothing is reported to the released lease,
+// and when the link is back the retaining mutex's next acquire is a normal
+// one on the new session, with a larger token than the waiter's.
+TEST(Retain, ServerSideExpiryWhileRetainedFreesTheLockQuietly) {
+  test::FaultProxy proxy(test::shared_server().port());
+  Client c1({.connect = proxy.connect_string(), .session_timeout = 2s});
+  Client c2(shared_opts());
+  std::atomic<bool> c1_lost{false};
+  c1.add_listener([&](ConnectionState s) {
+    if (s == ConnectionState::lost) c1_lost = true;
+  });
+  const auto path = unique_lock_path("retain-expiry");
+  FairMutex m1(c1, path, {.retain = 60s});
+  FairMutex m2(c2, path);
+  std::atomic<int> reported{0};
+  Lease a = m1.acquire();
+  a.on_lost([&](LossReason, const std::string&) { ++reported; });
+  const auto node = a.node_path();
+  const auto ta = a.token();
+  a.release();
+  ASSERT_TRUE(c2.stat(node)) << "the released node is retained";
+
+  proxy.blackhole(true);
+  const auto cut = Clock::now();
+  auto b = m2.try_acquire_for(30s);
+  ASSERT_TRUE(b) << "the waiter was not granted after the retaining session's expiry";
+  const auto waited = ms_since(cut);
+  EXPECT_TRUE(b->valid());
+  EXPECT_TRUE(b->token() > ta);
+  EXPECT_FALSE(c2.stat(node)) << "the retained node went with the session";
+  EXPECT_GE(waited, 1000.0) << "granted before the server could have expired a 2 s session";
+
+  proxy.blackhole(false);
+  ASSERT_TRUE(eventually([&] { return c1_lost.load() && c1.session_epoch() == 2 && c1.connected(); }, 30s))
+      << "the cut-off client never learned of its expiry and reconnected";
+  const auto tb = b->token();
+  b->release();
+  auto a2 = m1.try_acquire_for(10s);
+  ASSERT_TRUE(a2);
+  EXPECT_NE(a2->node_path(), node);
+  EXPECT_TRUE(a2->token() > tb);
+  EXPECT_EQ(reported.load(), 0) << "a released lease heard of the expiry";
 }
 
 // Another owner through the same mutex queues normally and ends the
