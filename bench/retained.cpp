@@ -99,6 +99,11 @@ struct ServiceResult {
   std::vector<double> uncontended_us, hot_us;
 };
 
+double hot_share(const ServiceResult& r) {
+  const auto all = r.uncontended_us.size() + r.hot_us.size();
+  return all ? double(r.hot_us.size()) / double(all) : 0;
+}
+
 // `sessions` services, each on its own session re-taking its own lock every
 // 100 ms, and `hot` locks with `waiters` sessions each cycling back to back,
 // for `secs` seconds. kind: 0 zklock retained, 1 zklock plain, 2 floor.
@@ -192,6 +197,12 @@ Figures services(const Env& env, const Sizes& s) {
   const auto r = run_services(env, 0, sessions, hot, waiters, secs);
   const auto p = run_services(env, 1, sessions, hot, waiters, secs);
   const auto f = run_services(env, 2, sessions, hot, waiters, secs);
+  // The same services without the hot locks: what each part costs alone.
+  // Hot locks always have a waiter, so they never retain and cost 2 writes
+  // per operation in any recipe; the mixed figure above is therefore
+  // 1 + (share of hot operations), whatever the recipe does for them.
+  const auto ur = run_services(env, 0, sessions, 0, 0, secs);
+  const auto uf = run_services(env, 2, sessions, 0, 0, secs);
   const std::string sc = "services";
   return {
       {sc, "lock ops/s (retained)", "1/s", r.ops_per_s, f.ops_per_s, {}},
@@ -205,6 +216,10 @@ Figures services(const Env& env, const Sizes& s) {
       {sc, "hot acquire p50 (retained)", "us", percentile(r.hot_us, 50), percentile(f.hot_us, 50), {}},
       {sc, "hot acquire p99 (retained)", "us", percentile(r.hot_us, 99), percentile(f.hot_us, 99), {}},
       {sc, "hot acquire p99 (plain)", "us", percentile(p.hot_us, 99), percentile(f.hot_us, 99), {}},
+      {sc, "hot share of lock ops (retained)", "", hot_share(r), hot_share(f), {}},
+      {sc, "server writes/op, no hot locks (retained)", "", ur.writes_per_op, uf.writes_per_op, {}},
+      {sc, "acquire p99, no hot locks (retained)", "us", percentile(ur.uncontended_us, 99),
+       percentile(uf.uncontended_us, 99), {}},
   };
 }
 
