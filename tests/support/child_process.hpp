@@ -1,0 +1,88 @@
+// Child processes for the harness and the failure tests: spawn in an own
+// process group, read stdout lines, signal the group, wait with deadlines.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "harness_base.hpp"
+
+namespace zklock::test {
+
+// How a child ended, from waitpid's status.
+struct ExitStatus {
+  int raw = 0;
+  bool exited() const;
+  int exit_code() const;     // REQUIRES: exited()
+  bool signaled() const;
+  int term_signal() const;   // REQUIRES: signaled()
+  std::string describe() const;  // "exit 0", "signal 9"
+};
+
+struct SpawnOptions {
+  std::vector<std::string> argv;  // argv[0] is looked up in PATH if it has no '/'
+  // Added to (or replacing in) the parent's environment.
+  std::vector<std::pair<std::string, std::string>> env;
+  // If set, stdout and stderr are appended to this file.  Otherwise stdout is
+  // a pipe read with read_line() if capture_stdout, or inherited.
+  std::optional<std::filesystem::path> output_file;
+  bool capture_stdout = true;
+  // Working directory of the child; empty keeps the parent's.
+  std::filesystem::path cwd;
+  // Kill the child (SIGKILL) if the forking thread dies.  Off for processes
+  // that must outlive the test binary (none of ours).
+  bool die_with_parent = true;
+};
+
+// A spawned process in its own process group.  Move-only; the destructor
+// SIGKILLs the group and reaps the child if it is still running.
+class ChildProcess {
+ public:
+  // Throws HarnessError if fork or exec fails (an exec failure is reported by
+  // the child through a close-on-exec pipe, so it is seen here, not later).
+  static ChildProcess spawn(const SpawnOptions& options);
+
+  ChildProcess() = default;
+  ChildProcess(ChildProcess&& other) noexcept;
+  ChildProcess& operator=(ChildProcess&& other) noexcept;
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ~ChildProcess();
+
+  pid_t pid() const { return pid_; }
+  // True while the child has not been reaped (reaps it if it has exited).
+  bool running();
+  // Sends `sig` to the child's whole process group.  No-op once reaped.
+  void signal(int sig);
+  // Waits up to `timeout` for the child to exit; nullopt if it is still running.
+  std::optional<ExitStatus> wait_exit(milliseconds timeout);
+  // SIGTERM, then SIGKILL if it has not exited after `grace`; waits (bounded)
+  // for the exit.  Returns how it ended.  Safe to call after it exited.
+  ExitStatus terminate(milliseconds grace = milliseconds(5000));
+  // The exit status once reaped.
+  std::optional<ExitStatus> exit_status() const { return status_; }
+
+  // Next line (without '\n') of the child's stdout, or nullopt if none arrived
+  // within `timeout` or stdout ended.  REQUIRES: capture_stdout, no output_file.
+  std::optional<std::string> read_line(milliseconds timeout);
+  // Reads lines until one contains `needle` (returned) or the timeout passes.
+  std::optional<std::string> read_until(std::string_view needle, milliseconds timeout);
+
+ private:
+  void reap_blocking_bounded(milliseconds timeout);
+  void close_stdout();
+
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  bool stdout_eof_ = false;
+  std::string buffer_;
+  std::optional<ExitStatus> status_;
+};
+
+}  // namespace zklock::test
