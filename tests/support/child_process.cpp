@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 
 extern char** environ;
 
@@ -39,13 +41,27 @@ std::string resolve_executable(const std::string& name) {
   throw HarnessError("spawn: " + name + " not found in PATH");
 }
 
+// True while `pid` exists and is not a zombie (a zombie still takes signals
+// but will never act on them).  For processes we cannot waitpid.
+bool alive(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno != EPERM) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  // "pid (comm) S ...": comm may hold spaces and parentheses; the state
+  // follows the last ')'.
+  auto close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size()) return false;
+  return text[close + 2] != 'Z';
+}
+
 }  // namespace
 
-bool ExitStatus::exited() const { return WIFEXITED(raw); }
+bool ExitStatus::exited() const { return known && WIFEXITED(raw); }
 int ExitStatus::exit_code() const { return WEXITSTATUS(raw); }
-bool ExitStatus::signaled() const { return WIFSIGNALED(raw); }
+bool ExitStatus::signaled() const { return known && WIFSIGNALED(raw); }
 int ExitStatus::term_signal() const { return WTERMSIG(raw); }
 std::string ExitStatus::describe() const {
+  if (!known) return "exited (status unknown: not our child)";
   if (exited()) return "exit " + std::to_string(exit_code());
   if (signaled()) return "signal " + std::to_string(term_signal());
   return "status " + std::to_string(raw);
@@ -103,7 +119,11 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
       (void)ignored;
       ::_exit(127);
     };
-    ::setpgid(0, 0);
+    if (options.new_session) {
+      ::setsid();
+    } else {
+      ::setpgid(0, 0);
+    }
     if (options.die_with_parent) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(127);  // parent already gone
@@ -154,6 +174,21 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
   return child;
 }
 
+ChildProcess ChildProcess::adopt(pid_t pid) {
+  if (pid <= 0) throw HarnessError("adopt: bad pid " + std::to_string(pid));
+  ChildProcess process;
+  process.pid_ = pid;
+  process.adopted_ = true;
+  return process;
+}
+
+void ChildProcess::release() {
+  close_stdout();
+  pid_ = -1;
+  adopted_ = false;
+  status_.reset();
+}
+
 ChildProcess::ChildProcess(ChildProcess&& other) noexcept { *this = std::move(other); }
 
 ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
@@ -164,6 +199,7 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
     }
     close_stdout();
     pid_ = std::exchange(other.pid_, -1);
+    adopted_ = std::exchange(other.adopted_, false);
     stdout_fd_ = std::exchange(other.stdout_fd_, -1);
     stdout_eof_ = std::exchange(other.stdout_eof_, false);
     buffer_ = std::move(other.buffer_);
@@ -187,6 +223,11 @@ void ChildProcess::close_stdout() {
 
 bool ChildProcess::running() {
   if (pid_ <= 0 || status_) return false;
+  if (adopted_) {
+    if (alive(pid_)) return true;
+    status_ = ExitStatus{0, false};
+    return false;
+  }
   int st = 0;
   pid_t r = ::waitpid(pid_, &st, WNOHANG);
   if (r == pid_) {

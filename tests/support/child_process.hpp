@@ -15,14 +15,16 @@
 
 namespace zklock::test {
 
-// How a child ended, from waitpid's status.
+// How a child ended, from waitpid's status.  An adopted process (not our
+// child) ends with known == false: only its parent learns how.
 struct ExitStatus {
   int raw = 0;
+  bool known = true;
   bool exited() const;
   int exit_code() const;     // REQUIRES: exited()
   bool signaled() const;
   int term_signal() const;   // REQUIRES: signaled()
-  std::string describe() const;  // "exit 0", "signal 9"
+  std::string describe() const;  // "exit 0", "signal 9", "exited (status unknown)"
 };
 
 struct SpawnOptions {
@@ -36,8 +38,11 @@ struct SpawnOptions {
   // Working directory of the child; empty keeps the parent's.
   std::filesystem::path cwd;
   // Kill the child (SIGKILL) if the forking thread dies.  Off for processes
-  // that must outlive the test binary (none of ours).
+  // that must outlive the test binary (detached servers).
   bool die_with_parent = true;
+  // setsid() instead of setpgid(): the child also leaves our session, so a
+  // terminal's hangup or Ctrl-C does not reach it.  For detached servers.
+  bool new_session = false;
 };
 
 // A spawned process in its own process group.  Move-only; the destructor
@@ -47,6 +52,11 @@ class ChildProcess {
   // Throws HarnessError if fork or exec fails (an exec failure is reported by
   // the child through a close-on-exec pipe, so it is seen here, not later).
   static ChildProcess spawn(const SpawnOptions& options);
+  // A running process that is not our child (a detached server started by an
+  // earlier run), so that it can be watched and stopped like one: signals go
+  // to its group, running() looks at /proc instead of waitpid, and its exit
+  // status stays unknown.  REQUIRES: pid > 0 leads its own process group.
+  static ChildProcess adopt(pid_t pid);
 
   ChildProcess() = default;
   ChildProcess(ChildProcess&& other) noexcept;
@@ -67,6 +77,9 @@ class ChildProcess {
   ExitStatus terminate(milliseconds grace = milliseconds(5000));
   // The exit status once reaped.
   std::optional<ExitStatus> exit_status() const { return status_; }
+  // Lets go of the process without signalling it: it keeps running and this
+  // object becomes empty (the destructor no longer kills it).
+  void release();
 
   // Next line (without '\n') of the child's stdout, or nullopt if none arrived
   // within `timeout` or stdout ended.  REQUIRES: capture_stdout, no output_file.
@@ -79,6 +92,7 @@ class ChildProcess {
   void close_stdout();
 
   pid_t pid_ = -1;
+  bool adopted_ = false;  // not our child: no waitpid, liveness from /proc
   int stdout_fd_ = -1;
   bool stdout_eof_ = false;
   std::string buffer_;

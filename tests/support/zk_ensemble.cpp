@@ -1,6 +1,8 @@
 // ZkEnsemble: three ZkServer members forming one quorum on loopback.
 #include "zk_server.hpp"
 
+#include <fstream>
+
 namespace zklock::test {
 
 using detail::poll_pause;
@@ -20,12 +22,26 @@ ZkEnsemble::ZkEnsemble(ZkServerOptions base) {
     o.my_id = id;
     o.server_lines = lines;
     o.port = client_ports[static_cast<std::size_t>(id - 1)];
+    if (!base.dir.empty()) o.dir = base.dir / std::to_string(id);
     members_.push_back(std::make_unique<ZkServer>(o));
+  }
+  if (!base.dir.empty()) {
+    std::ofstream connect(base.dir / "connect", std::ios::trunc);
+    connect << connect_string() << "\n";
+    if (!connect) throw HarnessError("cannot write " + (base.dir / "connect").string());
   }
 }
 
+ZkEnsemble ZkEnsemble::open(const std::filesystem::path& dir, const ZkServerOptions& how) {
+  std::vector<std::unique_ptr<ZkServer>> members;
+  for (int id = 1; id <= kSize; ++id) members.push_back(ZkServer::open(dir / std::to_string(id), how));
+  return ZkEnsemble(std::move(members));
+}
+
 void ZkEnsemble::start() {
-  for (auto& m : members_) m->launch();
+  for (auto& m : members_) {
+    if (!m->running()) m->launch();
+  }
   wait_serving(kSize, Clock::now() + members_.front()->options().ready_timeout);
 }
 

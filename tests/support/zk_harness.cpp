@@ -149,10 +149,10 @@ void set_child_sequence_counter(ZkServer& server, const std::string& path, std::
   const bool was_running = server.running();
   if (was_running) server.stop();
 
-  std::string classpath = std::string(detail::kZkJar) + ":" + ZKLOCK_SET_CVERSION_CLASSDIR;
+  std::string classpath = server.options().zk_jar + ":" + ZKLOCK_SET_CVERSION_CLASSDIR;
   if (fs::exists(kSlf4jNop)) classpath += std::string(":") + kSlf4jNop;
   SpawnOptions spawn;
-  spawn.argv = {detail::java_binary(), "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", classpath, "SetCversion",
+  spawn.argv = {server.options().java, "-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", classpath, "SetCversion",
                 server.zk_data_dir().string(), path, std::to_string(value)};
   if (container) spawn.argv.push_back("container");
   spawn.output_file = server.data_dir() / "set-cversion.out";

@@ -2,6 +2,7 @@
 // and stops, kills, pauses or restarts it.
 #include "zk_server.hpp"
 
+#include <charconv>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
@@ -23,6 +24,14 @@ bool keep_dirs() {
   return v != nullptr && std::string_view(v) == "1";
 }
 
+// A whole non-negative decimal number, or nullopt.
+std::optional<int> number(std::string_view text) {
+  int v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v < 0) return std::nullopt;
+  return v;
+}
+
 }  // namespace
 
 std::string detail::java_binary() {
@@ -34,21 +43,86 @@ std::string detail::java_binary() {
 }
 
 ZkServer::ZkServer(ZkServerOptions options) : options_(std::move(options)) {
-  dir_ = make_temp_dir(options_.my_id > 0 ? "zklock-zk" + std::to_string(options_.my_id) + "-"
-                                          : "zklock-zk-");
+  owns_dir_ = options_.dir.empty();
+  dir_ = owns_dir_ ? make_temp_dir(options_.my_id > 0 ? "zklock-zk" + std::to_string(options_.my_id) + "-"
+                                                      : "zklock-zk-")
+                   : options_.dir;
   fs::create_directories(zk_data_dir());
   port_was_picked_ = options_.port == 0;
   port_ = port_was_picked_ ? free_loopback_port() : options_.port;
   write_config();
 }
 
+std::unique_ptr<ZkServer> ZkServer::open(const fs::path& dir, ZkServerOptions how) {
+  return std::unique_ptr<ZkServer>(new ZkServer(Adopt{}, dir, std::move(how)));
+}
+
+ZkServer::ZkServer(Adopt, const fs::path& dir, ZkServerOptions how) : options_(std::move(how)), dir_(dir) {
+  const fs::path cfg = dir_ / "zoo.cfg";
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(cfg);
+    if (!in) throw HarnessError(dir_.string() + " holds no ZooKeeper server (no zoo.cfg)");
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  options_.dir = dir_;
+  options_.detached = true;
+  options_.my_id = 0;
+  options_.server_lines.clear();
+  int port = 0;
+  for (const auto& line : lines) {
+    auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string_view key(line.data(), eq);
+    auto value = number(std::string_view(line).substr(eq + 1));
+    if (key == "clientPort" && value) port = *value;
+    if (key == "tickTime" && value) options_.tick = milliseconds(*value);
+    if (key.starts_with("server.")) options_.server_lines.push_back(line);
+  }
+  if (!options_.server_lines.empty()) {
+    std::ifstream myid(zk_data_dir() / "myid");
+    if (!(myid >> options_.my_id) || options_.my_id <= 0)
+      throw HarnessError(dir_.string() + ": an ensemble member without a myid");
+  }
+  if (auto pid = running_pid(dir_)) process_ = ChildProcess::adopt(*pid);
+  if (options_.port != 0 && options_.port != port) {
+    // A new client port for a stopped server; its data stays.
+    if (process_.pid() > 0) throw HarnessError("cannot move the running server in " + dir_.string());
+    std::ofstream out(cfg, std::ios::trunc);
+    for (const auto& line : lines) {
+      out << (line.starts_with("clientPort=") ? "clientPort=" + std::to_string(options_.port) : line) << "\n";
+    }
+    if (!out) throw HarnessError("cannot write " + cfg.string());
+    port = options_.port;
+  }
+  if (port <= 0) throw HarnessError(cfg.string() + ": no clientPort");
+  port_ = options_.port = port;
+  started_once_ = true;  // the config's port is the server's identity: never moved
+}
+
+std::optional<pid_t> ZkServer::running_pid(const fs::path& dir) {
+  long pid = 0;
+  if (!(std::ifstream(dir / "zk.pid") >> pid) || pid <= 0) return std::nullopt;
+  // The JVM's last argument is its config; a zombie's cmdline is empty.
+  std::ifstream cmdline("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+  const std::string own_config = (dir / "zoo.cfg").string();
+  for (std::string arg; std::getline(cmdline, arg, '\0');) {
+    if (arg == own_config) return static_cast<pid_t>(pid);
+  }
+  return std::nullopt;
+}
+
 ZkServer::~ZkServer() {
+  if (options_.detached) {
+    process_.release();  // it outlives us by design; open() finds it again
+    return;
+  }
   try {
     stop(milliseconds(3000));
   } catch (...) {
     // Destructors never throw; ChildProcess's own destructor still SIGKILLs.
   }
-  if (!keep_dirs()) {
+  if (owns_dir_ && !keep_dirs()) {
     std::error_code ec;
     fs::remove_all(dir_, ec);
   }
@@ -80,11 +154,13 @@ void ZkServer::write_config() {
 void ZkServer::launch() {
   if (running()) throw HarnessError("ZkServer::launch: already running, pid " + std::to_string(pid()));
   paused_ = false;
-  std::string classpath = detail::kZkJar;
+  if (!fs::exists(options_.zk_jar))
+    throw HarnessError(options_.zk_jar + " not found (install the zookeeper package: scripts/install-deps)");
+  std::string classpath = options_.zk_jar;
   if (fs::exists(kSlf4jSimple)) classpath += std::string(":") + kSlf4jSimple;
   for (const auto& jar : options_.extra_classpath) classpath += ":" + jar;
   SpawnOptions spawn;
-  spawn.argv = {detail::java_binary(),
+  spawn.argv = {options_.java,
                 "-Xmx" + std::to_string(options_.java_heap_mb) + "m",
                 "-XX:+UseSerialGC",
                 "-XX:TieredStopAtLevel=1",  // faster JVM start; the server is not CPU-bound in tests
@@ -95,6 +171,8 @@ void ZkServer::launch() {
                 "org.apache.zookeeper.server.quorum.QuorumPeerMain",
                 (dir_ / "zoo.cfg").string()};
   spawn.output_file = dir_ / "zk.out";
+  spawn.die_with_parent = !options_.detached;
+  spawn.new_session = options_.detached;
   process_ = ChildProcess::spawn(spawn);
   std::ofstream(dir_ / "zk.pid", std::ios::trunc) << process_.pid() << "\n";
   started_once_ = true;

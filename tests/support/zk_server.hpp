@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "child_process.hpp"
@@ -15,6 +16,12 @@
 #include "zk_net.hpp"
 
 namespace zklock::test {
+
+namespace detail {
+inline constexpr const char* kZkJar = "/usr/share/java/zookeeper.jar";
+// $ZKLOCK_JAVA, else the java found at configure time, else "java" from PATH.
+std::string java_binary();
+}  // namespace detail
 
 struct ZkServerOptions {
   milliseconds tick{200};  // tickTime; sessions expire in 2..20 ticks by default
@@ -28,6 +35,16 @@ struct ZkServerOptions {
   int port = 0;                           // client port; 0 picks a free one
   milliseconds ready_timeout{30000};      // bound for start()/wait_ready()
   int java_heap_mb = 256;
+  std::string java = detail::java_binary();
+  std::string zk_jar = detail::kZkJar;
+
+  // Where the server lives.  Empty: a fresh temp dir, removed by the
+  // destructor (kept with ZKLOCK_TEST_KEEP_ZK=1).  Set: that dir, created if
+  // missing and never removed by ZkServer.
+  std::filesystem::path dir;
+  // For servers that outlive this process (zklock-zk-server): the JVM runs in
+  // its own session without PDEATHSIG, and the destructor leaves it running.
+  bool detached = false;
 
   // Ensemble membership (ZkEnsemble fills these in).  my_id 0 = standalone.
   int my_id = 0;
@@ -39,14 +56,28 @@ struct ZkServerOptions {
 // Layout of data_dir(): zoo.cfg, data/ (snapshots, logs, myid), zk.log (the
 // server's own log via slf4j-simple), zk.out (JVM stdout/stderr), zk.pid.
 //
+// zk.pid holds the JVM's pid; a detached server is found again by its dir
+// (open()), so a later process can stop it or start it again.
+//
 // Invariants: port() and data_dir() never change after construction, so a
 // restart serves the same connect string with the same persisted state
 // (nodes, and sessions that have not expired yet).
 class ZkServer {
  public:
-  // Creates a fresh temp dir and config; does not start the server.
+  // Creates the dir (options.dir, or a fresh temp dir) and writes its config;
+  // does not start the server.
   explicit ZkServer(ZkServerOptions options = {});
-  ~ZkServer();  // stops (TERM, then KILL) and removes the data dir
+  // The server whose dir is `dir`, written by an earlier ZkServer: port and
+  // membership come from its zoo.cfg (not rewritten, except clientPort when
+  // how.port != 0), and its JVM is adopted if one is running.  How to run it
+  // (java, jar, heap, ready_timeout) comes from `how`.  The result is
+  // detached.  Throws HarnessError if dir has no zoo.cfg.
+  static std::unique_ptr<ZkServer> open(const std::filesystem::path& dir, ZkServerOptions how = {});
+  // The pid in dir/zk.pid if that process is alive and is the ZooKeeper
+  // started from dir/zoo.cfg (so a reused pid is not taken for it).
+  static std::optional<pid_t> running_pid(const std::filesystem::path& dir);
+  // Unless detached: stops (TERM, then KILL) and removes a temp dir.
+  ~ZkServer();
   ZkServer(const ZkServer&) = delete;
   ZkServer& operator=(const ZkServer&) = delete;
 
@@ -90,6 +121,8 @@ class ZkServer {
   std::string log_tail(std::size_t lines = 40) const;
 
  private:
+  struct Adopt {};
+  ZkServer(Adopt, const std::filesystem::path& dir, ZkServerOptions how);
   void write_config();
   std::string diagnose(const std::string& what) const;
 
@@ -99,20 +132,27 @@ class ZkServer {
   bool port_was_picked_ = false;
   bool started_once_ = false;
   bool paused_ = false;
+  bool owns_dir_ = false;  // a temp dir made by the constructor: removed at the end
   ChildProcess process_;
 };
 
 // Three servers on loopback forming one ensemble, each with its own client,
 // quorum and election port and its own data dir (with myid).  initLimit and
 // syncLimit are sized for the 200 ms tick (10 and 5 ticks).
+//
+// With base.dir set, member i (1-based) lives in base.dir/i and
+// base.dir/connect holds the connect string, so open() finds it again.
 class ZkEnsemble {
  public:
   static constexpr int kSize = 3;
 
   explicit ZkEnsemble(ZkServerOptions base = {});
+  // The ensemble in `dir`, each member opened with ZkServer::open(dir/i, how).
+  static ZkEnsemble open(const std::filesystem::path& dir, const ZkServerOptions& how = {});
   ~ZkEnsemble() = default;  // members stop and clean up themselves
 
-  // Starts all members and waits until every one serves (a quorum formed).
+  // Starts the members that are not running and waits until every one
+  // serves (a quorum formed).
   void start();
   // Waits until at least `count` members serve (Mode leader or follower),
   // among those running.  Throws HarnessError with the members' state on timeout.
@@ -128,6 +168,7 @@ class ZkEnsemble {
   std::optional<int> leader_index();
 
  private:
+  explicit ZkEnsemble(std::vector<std::unique_ptr<ZkServer>> members) : members_(std::move(members)) {}
   std::vector<std::unique_ptr<ZkServer>> members_;
 };
 
@@ -135,11 +176,5 @@ class ZkEnsemble {
 // first use and stopped at exit.  Tests isolate themselves with unique paths
 // (see unique_path()).  Do not stop or pause it; start an own ZkServer for that.
 ZkServer& shared_server();
-
-namespace detail {
-inline constexpr const char* kZkJar = "/usr/share/java/zookeeper.jar";
-// $ZKLOCK_JAVA, else the java found at configure time, else "java" from PATH.
-std::string java_binary();
-}  // namespace detail
 
 }  // namespace zklock::test
