@@ -1,9 +1,15 @@
-// Internal: one acquisition of one lock node — the shell around the recipe's
-// pure state machine (lock_machine.hpp), shared by FairMutex,
-// FairSharedMutex and MultiLock. The shell decides nothing: it turns C-client
-// answers, watch notifications, session events, timeouts and the user's
-// release into MachineEvents, and executes the MachineCommands that come
-// back (requests to send, outcomes to report).
+// Internal: LockAttempt, the shell that runs one acquisition of one lock node on the C client.
+//
+// The shell around the recipe's pure state machine (lock_machine.hpp),
+// shared by FairMutex, FairSharedMutex and MultiLock. It decides nothing: it
+// turns C-client answers, watch notifications, session events, timeouts and
+// the user's release into MachineEvents, and executes the MachineCommands
+// that come back (requests to send, outcomes to report).
+//
+// Files: lock_attempt.cpp (lifecycle: start, feed, outcomes, the end),
+// lock_attempt_io.cpp (requests out, answers and watches in),
+// lock_attempt_lease.cpp (the Lease's calls, release) and
+// lock_attempt_retain.cpp (retained leases: the slot, the re-take).
 //
 // Threads: events arrive on the ZooKeeper completion thread, the client's
 // timer thread and user threads; each is fed to the machine under `mu_`, and
@@ -31,6 +37,7 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -98,14 +105,30 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
 
  private:
   void begin();
+  // One live attempt per owner, lock and client (the locks are not
+  // re-entrant). REQUIRES !registered_; false when the owner has one.
+  bool enter_registry();
   // Retained leases. retake: false (and `done` untouched) unless this
   // attempt is retained idle for the same owner and options; then `done`
   // gets the re-take's lease, or the outcome of `fallback` (a normal
-  // acquisition) when the re-take is void.
+  // acquisition) when the re-take is void. retake_from_slot: the same for
+  // the idle attempt in `request.slot`, which any other request ends.
+  static bool retake_from_slot(AttemptRequest& request, Done& done);
   bool retake(AttemptRequest& fallback, Done& done);
   void retain_locked();  // REQUIRES mu_: the release kept the node; arm the timer, enter the slot
+  // Runs `fn` under mu_, then what it queued in outbox_, unlocked: user
+  // callbacks, and anything that may drop the last Lease (whose destructor
+  // releases, taking mu_).
   template <class Fn>
-  void locked(Fn fn);                               // fn under mu_; then outbox_, unlocked
+  void locked(Fn fn) {
+    std::vector<std::function<void()>> after;
+    {
+      std::lock_guard lk(mu_);
+      fn();
+      after.swap(outbox_);
+    }
+    for (auto& f : after) f();
+  }
   void deliver_locked(Error error);                 // REQUIRES mu_: the outcome is an error
   void execute_locked(LockMachine::Commands cmds);  // REQUIRES mu_
   void send_locked(const MachineCommand& c);        // REQUIRES mu_
@@ -150,6 +173,13 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   // in ZooKeeper's watch table. Cleared when the outcome is delivered.
   std::shared_ptr<LockAttempt> pending_self_;
 };
+
+// The owner a request acts for: its own, else the thread's OwnerScope, else
+// the client's default.
+std::string owner_for(const Client& client, const AcquireOptions& options);
+// "<client>\n<lock path>\n<owner>": the key of the per-process tables of
+// attempts (owners with a live attempt; listing batches, with no owner).
+std::string attempt_key(const void* impl, std::string_view lock_path, std::string_view owner = {});
 
 // --- shared by the front ends (FairMutex, FairSharedMutex, MultiLock) ---
 // The lease, or the error thrown.

@@ -1,0 +1,250 @@
+// Sends the lock machine's requests through the C client and feeds answers and watches back as events.
+//
+// Part of the LockAttempt shell (lock_attempt.hpp). Nothing here decides:
+// a C-client answer becomes the MachineEvent of the same tag, with its
+// return code mapped once (rc_of); listings are batched per client and lock.
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "lock_attempt.hpp"
+#include "zklock/protocol/revocation.hpp"
+
+namespace zklock::detail {
+namespace {
+
+using Kind = MachineEvent::Kind;
+using Cmd = MachineCommand::Kind;
+
+Rc rc_of(const Status& st) {
+  if (st.ok()) return Rc::ok;
+  if (st.is(Errc::no_node)) return Rc::no_node;
+  if (st.is(Errc::node_exists)) return Rc::node_exists;
+  if (st.is(Errc::connection_loss) || st.is(Errc::operation_timeout)) return Rc::connection_loss;
+  if (st.is(Errc::session_expired) || st.is(Errc::closing)) return Rc::session_expired;
+  return Rc::error;
+}
+
+MachineEvent answer(Kind kind, std::uint64_t tag, const Status& st) {
+  MachineEvent ev{kind};
+  ev.tag = tag;
+  ev.rc = rc_of(st);
+  if (ev.rc == Rc::error) {
+    const auto err = st.error("");
+    ev.errc = err.code();
+    ev.detail = err.what();
+  }
+  return ev;
+}
+
+// Listings are batched per (client, lock path), with at most one in flight:
+// a listing needed while one is in flight waits for its answer, and then one
+// get_children serves every attempt that enrolled meanwhile (one session's
+// requests execute in order, so it lists all their nodes, each issued after
+// that attempt's create). An uncontended acquire still costs one round trip.
+struct ListingBatch {
+  std::mutex mu;
+  std::vector<std::pair<std::weak_ptr<LockAttempt>, std::uint64_t>> waiting;  // GUARDED_BY(mu)
+  bool inflight = false;                                                       // GUARDED_BY(mu)
+};
+std::mutex g_batches_mu;
+std::unordered_map<std::string, std::shared_ptr<ListingBatch>> g_batches;
+
+std::shared_ptr<ListingBatch> batch_for(const void* impl, const std::string& path) {
+  std::lock_guard lk(g_batches_mu);
+  auto& b = g_batches[attempt_key(impl, path)];
+  if (!b) b = std::make_shared<ListingBatch>();
+  return b;
+}
+
+// REQUIRES batch->mu. Its answer sends the next listing for whoever enrolled meanwhile.
+void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std::string path,
+                   std::vector<std::pair<std::weak_ptr<LockAttempt>, std::uint64_t>> served) {
+  batch->inflight = true;
+  impl->get_children(path, nullptr, [impl, path, batch, served = std::move(served)](
+                                        Status st, std::vector<std::string> children) {
+    {
+      std::lock_guard lk(batch->mu);
+      batch->inflight = false;
+      if (!batch->waiting.empty()) {
+        issue_listing(impl, batch, path, std::exchange(batch->waiting, {}));
+      } else {
+        std::lock_guard lk2(g_batches_mu);
+        auto it = g_batches.find(attempt_key(impl, path));
+        if (it != g_batches.end() && it->second == batch) g_batches.erase(it);
+      }
+    }
+    // Parsed and put in order once for everyone it serves.
+    const auto listing = parse_listing(st.ok() ? children : std::vector<std::string>{});
+    for (const auto& [weak, tag] : served) {
+      auto a = weak.lock();
+      if (!a) continue;
+      MachineEvent ev = answer(Kind::listed, tag, st);
+      ev.listing = listing;
+      a->feed(ev);
+    }
+  });
+}
+
+// exists() with a watch; a deletion is fed as `fired` with the request's tag.
+// Any other notification (the data changed: a retained node re-taken by its
+// owner) re-arms the watch — or, for our own node, goes to the machine
+// (own_changed), which decides whether to watch again.
+void watch_deletion(Client::Impl* impl, std::weak_ptr<LockAttempt> weak, std::uint64_t tag, Kind answered,
+                    Kind fired, std::string path) {
+  auto on_event = [impl, weak, tag, answered, fired, path](const WatchEvent& e) {
+    auto s = weak.lock();
+    if (!s) return;
+    if (e.type != WatchEvent::Type::deleted && answered == Kind::own_checked) {
+      MachineEvent ev{Kind::own_changed};
+      ev.tag = tag;
+      s->feed(ev);
+      return;
+    }
+    if (e.type != WatchEvent::Type::deleted) {
+      watch_deletion(impl, weak, tag, answered, fired, path);
+      return;
+    }
+    MachineEvent ev{fired};
+    ev.tag = tag;
+    s->feed(ev);
+  };
+  impl->exists(path, std::move(on_event), [weak, tag, answered](Status st, const Stat&) {
+    if (auto s = weak.lock()) s->feed(answer(answered, tag, st));
+  });
+}
+
+}  // namespace
+
+void LockAttempt::send_locked(const MachineCommand& c) {
+  std::weak_ptr<LockAttempt> weak = weak_from_this();
+  const auto tag = c.tag;
+  auto feed_to = [weak](MachineEvent ev) {
+    if (auto s = weak.lock()) s->feed(ev);
+  };
+  if (impl_->epoch() != epoch_) {  // invariant (2): never on another session
+    impl_->defer([feed_to, tag] {
+      MachineEvent ev{Kind::removed};  // any answer saying "session over" ends the attempt
+      ev.tag = tag;
+      ev.rc = Rc::session_expired;
+      feed_to(ev);
+    });
+    return;
+  }
+  switch (c.kind) {
+    case Cmd::create:
+      impl_->create(child_path(lock_node_prefix(req_.mode, owner_key(owner_), c.name)), data_,
+                    CreateMode::ephemeral_sequential,
+                    [feed_to, tag](Status st, const std::string& path, const Stat& stat) {
+                      MachineEvent ev = answer(Kind::created, tag, st);
+                      if (st.ok()) {
+                        ev.name = split_path(path).second;
+                        ev.czxid = stat.czxid;
+                      }
+                      feed_to(ev);
+                    });
+      break;
+    case Cmd::make_parents: {
+      // Containers, top-down and pipelined; "already exists" is fine.
+      std::vector<std::string> prefixes;
+      for (std::size_t pos = 1; (pos = req_.lock_path.find('/', pos)) != std::string::npos; ++pos) {
+        prefixes.push_back(req_.lock_path.substr(0, pos));
+      }
+      prefixes.push_back(req_.lock_path);
+      auto remaining = std::make_shared<std::size_t>(prefixes.size());
+      auto worst = std::make_shared<Status>();
+      for (const auto& p : prefixes) {
+        impl_->create(p, "", CreateMode::container, [feed_to, tag, remaining, worst](Status st, const std::string&, const Stat&) {
+          if (!st.ok() && !st.is(Errc::node_exists)) *worst = st;
+          if (--*remaining == 0) feed_to(answer(Kind::parents_made, tag, *worst));
+        });
+      }
+      break;
+    }
+    case Cmd::list:
+      list_locked(tag);
+      break;
+    case Cmd::list_watch:  // never batched: the children watch is this attempt's
+      impl_->get_children(
+          req_.lock_path,
+          [feed_to, tag](const WatchEvent&) {
+            MachineEvent ev{Kind::children_changed};
+            ev.tag = tag;
+            feed_to(ev);
+          },
+          [feed_to, tag](Status st, std::vector<std::string> children) {
+            MachineEvent ev = answer(Kind::listed, tag, st);
+            if (st.ok()) ev.children = std::move(children);
+            feed_to(ev);
+          });
+      break;
+    case Cmd::touch:  // the node data unchanged, at the expected version
+      impl_->set_data(child_path(c.name), data_, c.version, [feed_to, tag](Status st, const Stat& stat) {
+        MachineEvent ev = answer(Kind::touched, tag, st);
+        if (st.ok()) {
+          ev.mzxid = stat.mzxid;
+          ev.version = stat.version;
+        }
+        feed_to(ev);
+      });
+      break;
+    case Cmd::read_stats: {
+      auto stats = std::make_shared<std::vector<NodeStat>>(c.names.size());
+      auto remaining = std::make_shared<std::size_t>(c.names.size());
+      for (std::size_t i = 0; i < c.names.size(); ++i) {
+        impl_->exists(child_path(c.names[i]), nullptr, [feed_to, tag, stats, remaining, i](Status st, const Stat& s) {
+          (*stats)[i] = NodeStat{rc_of(st), st.ok() ? s.czxid : 0};
+          if (--*remaining > 0) return;
+          MachineEvent ev{Kind::stats_read};
+          ev.tag = tag;
+          ev.stats = std::move(*stats);
+          feed_to(ev);
+        });
+      }
+      break;
+    }
+    case Cmd::watch_blocker:
+      watch_deletion(impl_, weak, tag, Kind::blocker_checked, Kind::blocker_deleted, child_path(c.name));
+      break;
+    case Cmd::watch_own:
+      watch_deletion(impl_, weak, tag, Kind::own_checked, Kind::own_deleted, child_path(c.name));
+      break;
+    case Cmd::read_marker:
+    case Cmd::read_record: {
+      const bool marker = c.kind == Cmd::read_marker;
+      impl_->get(marker ? req_.lock_path : revocation_record_path(c.name), nullptr,
+                 [feed_to, tag, marker](Status st, std::string data, const Stat&) {
+                   MachineEvent ev = answer(marker ? Kind::marker_read : Kind::record_read, tag, st);
+                   ev.data = std::move(data);
+                   feed_to(ev);
+                 });
+      break;
+    }
+    case Cmd::remove:
+    case Cmd::remove_extra:
+      if (c.with_marker) {
+        // Invariant (3) of the machine: the marker in the same transaction.
+        impl_->multi({Op::remove(child_path(c.name)), Op::set_data(req_.lock_path, c.name)},
+                     [feed_to, tag](Status st, std::vector<OpResult>) { feed_to(answer(Kind::removed, tag, st)); });
+      } else {
+        impl_->remove(child_path(c.name), -1, [feed_to, tag](Status st) { feed_to(answer(Kind::removed, tag, st)); });
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+// A listing issued after every request this attempt has sent so far.
+void LockAttempt::list_locked(std::uint64_t tag) {
+  auto batch = batch_for(impl_, req_.lock_path);
+  std::lock_guard lk(batch->mu);
+  if (!batch->inflight) {
+    issue_listing(impl_, batch, req_.lock_path, {{weak_from_this(), tag}});
+  } else {
+    batch->waiting.emplace_back(weak_from_this(), tag);
+  }
+}
+
+}  // namespace zklock::detail

@@ -1,0 +1,97 @@
+// What a Lease asks of its attempt: its grant and token, validity, loss, and release.
+//
+// Every call names the lease's grant (lock_attempt.hpp, invariant 4): a
+// lease of an earlier grant of a retained node sees itself released, never
+// the later grant's state.
+#include <future>
+#include <utility>
+
+#include "lock_attempt.hpp"
+
+namespace zklock::detail {
+
+using Kind = MachineEvent::Kind;
+
+std::pair<std::uint64_t, FencingToken> LockAttempt::current_grant() const {
+  std::lock_guard lk(mu_);
+  return {grant_, token_};
+}
+
+std::stop_token LockAttempt::lost_token(std::uint64_t grant) const {
+  std::lock_guard lk(mu_);
+  return grant == grant_ ? lost_source_.get_token() : std::stop_token();
+}
+
+void LockAttempt::release(std::uint64_t grant) noexcept {
+  try {
+    auto promise = std::make_shared<std::promise<void>>();
+    auto future = promise->get_future();
+    if (!start_release(grant, [promise] { promise->set_value(); })) return;
+    if (Client::Impl::in_callback()) return;  // never block ZooKeeper's thread
+    future.wait_for(impl_->negotiated() + std::chrono::seconds(2));
+  } catch (const std::exception& e) {
+    impl_->log->error("releasing {}: {}", req_.lock_path, e.what());
+  } catch (...) {
+    impl_->log->error("releasing {}: unknown exception", req_.lock_path);
+  }
+}
+
+void LockAttempt::release_async(std::uint64_t grant, std::function<void()> done) noexcept {
+  try {
+    auto post = [impl = impl_ref_, done = std::move(done)] {
+      if (done) impl->post_user(done);
+    };
+    if (!start_release(grant, post)) post();
+  } catch (const std::exception& e) {
+    impl_->log->error("releasing {}: {}", req_.lock_path, e.what());
+  } catch (...) {
+    impl_->log->error("releasing {}: unknown exception", req_.lock_path);
+  }
+}
+
+bool LockAttempt::valid(std::uint64_t grant) const {
+  std::lock_guard lk(mu_);
+  return grant == grant_ && machine_ && machine_->holding() && impl_->epoch() == epoch_ && Clock::now() < impl_->valid_until();
+}
+
+bool LockAttempt::suspended(std::uint64_t grant) const {
+  std::lock_guard lk(mu_);
+  return grant == grant_ && machine_ && machine_->phase() == LockMachine::Phase::held && !loss_ && machine_->suspended();
+}
+
+std::optional<LossReason> LockAttempt::loss_reason(std::uint64_t grant) const {
+  std::lock_guard lk(mu_);
+  return grant == grant_ ? loss_ : std::nullopt;  // an earlier grant was released cleanly
+}
+
+std::string LockAttempt::loss_detail(std::uint64_t grant) const {
+  std::lock_guard lk(mu_);
+  return grant == grant_ ? loss_detail_ : std::string();
+}
+
+void LockAttempt::on_lost(std::uint64_t grant, std::function<void(LossReason, const std::string&)> cb) {
+  std::lock_guard lk(mu_);
+  if (grant != grant_) return;  // released: never lost
+  if (loss_) {
+    impl_->post_user([cb = std::move(cb), r = *loss_, d = loss_detail_] { cb(r, d); });
+    return;
+  }
+  lost_cbs_.push_back(std::move(cb));
+}
+
+// `then` runs once the node is gone (on the thread that learns it). False,
+// and `then` dropped, when the lease was already released.
+bool LockAttempt::start_release(std::uint64_t grant, std::function<void()> then) {
+  bool started = false;
+  locked([&] {
+    if (!machine_ || machine_->phase() != LockMachine::Phase::held || grant != grant_) return;
+    started = true;
+    finish_locked();
+    release_waiters_.push_back(std::move(then));
+    execute_locked(machine_->step(MachineEvent{Kind::release}));
+    if (machine_->phase() == LockMachine::Phase::retained) retain_locked();
+  });
+  return started;
+}
+
+}  // namespace zklock::detail
