@@ -1,10 +1,13 @@
-// Internal: the lock recipe as a pure state machine — one acquisition of one
-// lock node, from create to release. Events in (answers to the commands it
-// issued, watch notifications, session changes, the user's cancel and
-// release), commands out (requests to send, and outcomes to report). No
-// threads, no clocks, no ZooKeeper calls: lock_attempt.cpp is the shell that
-// executes commands with the C client, and tests/sim drives thousands of
-// machines against a model of ZooKeeper. docs/design.md gives the argument.
+// Internal: the lock recipe as a pure state machine, one acquisition of one lock node from create to release.
+//
+// Events in (answers to the commands it issued, watch notifications, session
+// changes, the user's cancel and release), commands out (requests to send,
+// and outcomes to report). No threads, no clocks, no ZooKeeper calls:
+// lock_attempt.hpp is the shell that executes commands with the C client,
+// and tests/sim drives thousands of machines against a model of ZooKeeper.
+// docs/design.md gives the argument. The code: lock_machine.cpp (start, the
+// dispatch, outcomes), lock_machine_acquire.cpp (up to the grant),
+// lock_machine_hold.cpp (after it, and cleanup).
 //
 // Contract with the driver:
 //  - Every request command carries a fresh `tag`; its answer comes back as
@@ -45,7 +48,7 @@
 
 #include "zklock/error.hpp"
 #include "zklock/lease.hpp"
-#include "zklock/node_name.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 namespace zklock::detail {
 
@@ -275,9 +278,9 @@ class LockMachine {
   std::vector<std::string> extras_;                  // duplicates of ours still to delete
   std::map<std::uint64_t, std::string> extra_tags_;  // their removes in flight
 
-  // The last listing, in creation order once ordered; our index in it.
   // The last listing, in creation order once ordered: the shared listing
-  // itself when its suffixes suffice, else our copy with the czxids read.
+  // itself when its suffixes suffice, else our copy with the czxids read;
+  // our index in it.
   std::shared_ptr<const Listing> listing_;
   std::shared_ptr<std::vector<Entry>> copy_;
   std::int64_t adopt_czxid_ = 0;  // exact listings: the czxid read for the node we adopt

@@ -1,12 +1,14 @@
-// The recipe after the grant: our own node (watched; revoked or expired),
-// the session's changes, release — at once, or retained for a re-take —
-// and cleanup of what an attempt leaves behind. Up to the grant:
+// The recipe after the grant: our node watched, the session's changes, loss, release, retention, cleanup.
+//
+// Our own node (revoked or expired), the session's changes, release — at
+// once, or retained for a re-take — and cleanup of what an attempt leaves
+// behind. Up to the grant: lock_machine_acquire.cpp; the dispatch:
 // lock_machine.cpp.
 #include <algorithm>
 #include <utility>
 
 #include "lock_machine.hpp"
-#include "zklock/revocation.hpp"
+#include "zklock/protocol/revocation.hpp"
 
 namespace zklock::detail {
 namespace {
