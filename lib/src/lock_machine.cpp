@@ -147,7 +147,8 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
       break;
     case Kind::stats_read:
       if (!is(stats_tag_) || !acquiring()) break;
-      if (stats_for_ == StatsFor::order) on_order_stats(ev, out);
+      if (ev.stats.size() < stats_names_.size()) transient(out);  // a short answer: the reads' outcome is unknown
+      else if (stats_for_ == StatsFor::order) on_order_stats(ev, out);
       else on_candidates(ev, out);
       break;
     case Kind::blocker_checked:

@@ -119,11 +119,8 @@ void LockMachine::on_listed(const MachineEvent& ev, std::shared_ptr<const Listin
 }
 
 // Only ZNONODE means gone. Any other failure resyncs or fails, never grants.
+// REQUIRES one stat per name read (step() checks).
 void LockMachine::on_order_stats(const MachineEvent& ev, Commands& out) {
-  if (ev.stats.size() < stats_names_.size()) {
-    transient(out);
-    return;
-  }
   for (std::size_t i = 0; i < stats_names_.size(); ++i) {
     const auto& st = ev.stats[i];
     switch (st.rc) {
@@ -248,11 +245,8 @@ void LockMachine::on_marker(const MachineEvent& ev, Commands& out) {
 }
 
 // The nearest earlier node that still exists and blocks us is watched next.
+// REQUIRES one stat per name read (step() checks).
 void LockMachine::on_candidates(const MachineEvent& ev, Commands& out) {
-  if (ev.stats.size() < stats_names_.size()) {
-    transient(out);
-    return;
-  }
   std::optional<std::size_t> nearest;
   for (std::size_t i = 0; i < stats_names_.size(); ++i) {
     const auto rc = ev.stats[i].rc;
