@@ -1,4 +1,4 @@
-// FairMutex: the exclusive front of the one recipe core (lock_attempt.cpp).
+// FairMutex: the exclusive front of the one recipe core (lock_attempt.hpp).
 #include "zklock/fair_mutex.hpp"
 
 #include <algorithm>
@@ -16,14 +16,7 @@ FairMutex::FairMutex(Client& client, std::string lock_path, MutexOptions options
 }
 
 detail::AttemptRequest FairMutex::make_request(const AcquireOptions& o) const {
-  detail::AttemptRequest r;
-  r.lock_path = path_;
-  r.mode = Mode::exclusive;
-  r.options = o;
-  r.policy = options_.loss_policy;
-  r.retain = options_.retain;
-  r.slot = retained_;
-  return r;
+  return detail::mutex_request(path_, Mode::exclusive, o, options_, retained_);
 }
 
 Lease FairMutex::acquire(const AcquireOptions& options) {

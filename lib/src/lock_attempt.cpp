@@ -270,6 +270,23 @@ bool LockAttempt::enter_registry() {
   return registered_;
 }
 
+AttemptRequest mutex_request(const std::string& lock_path, Mode mode, const AcquireOptions& options,
+                             const MutexOptions& mutex, const std::shared_ptr<RetainSlot>& slot,
+                             std::chrono::milliseconds timeout, std::stop_token stop) {
+  AttemptRequest r;
+  r.lock_path = lock_path;
+  r.mode = mode;
+  r.options = options;
+  r.policy = mutex.loss_policy;
+  r.timeout = timeout;
+  r.stop = std::move(stop);
+  if (mode == Mode::exclusive) {
+    r.retain = mutex.retain;
+    r.slot = slot;
+  }
+  return r;
+}
+
 Lease take_lease(AcquireResult result) {
   if (result.error) throw std::move(*result.error);
   return std::move(result.lease);

@@ -43,6 +43,7 @@
 
 #include "client_impl.hpp"
 #include "lock_machine.hpp"
+#include "zklock/fair_mutex.hpp"
 #include "zklock/lease.hpp"
 
 namespace zklock::detail {
@@ -182,6 +183,11 @@ std::string owner_for(const Client& client, const AcquireOptions& options);
 std::string attempt_key(const void* impl, std::string_view lock_path, std::string_view owner = {});
 
 // --- shared by the front ends (FairMutex, FairSharedMutex, MultiLock) ---
+// A mutex's request: its loss policy, and its retention for exclusive
+// requests only (a reader never retains). Timeout zero: none.
+AttemptRequest mutex_request(const std::string& lock_path, Mode mode, const AcquireOptions& options,
+                             const MutexOptions& mutex, const std::shared_ptr<RetainSlot>& slot,
+                             std::chrono::milliseconds timeout = {}, std::stop_token stop = {});
 // The lease, or the error thrown.
 Lease take_lease(AcquireResult result);
 // Nullopt for a timeout; otherwise as take_lease.

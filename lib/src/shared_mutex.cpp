@@ -1,5 +1,4 @@
-// FairSharedMutex: the mode-aware front of the one recipe core
-// (lock_attempt.cpp decides per node mode what an acquisition waits for).
+// FairSharedMutex: the read-write front of the one recipe core (the machine decides by node mode).
 #include "zklock/shared_mutex.hpp"
 
 #include <algorithm>
@@ -21,34 +20,14 @@ FairSharedMutex::FairSharedMutex(Client& client, std::string lock_path, MutexOpt
 
 AcquireResult FairSharedMutex::run(Mode mode, std::stop_token stop, std::chrono::milliseconds timeout,
                                    const AcquireOptions& options) {
-  detail::AttemptRequest req;
-  req.lock_path = path_;
-  req.mode = mode;
-  req.options = options;
-  req.policy = options_.loss_policy;
-  req.timeout = timeout;
-  req.stop = std::move(stop);
-  if (mode == Mode::exclusive) {  // writers only: a reader never retains
-    req.retain = options_.retain;
-    req.slot = retained_;
-  }
-  return detail::LockAttempt::run_blocking(*client_, std::move(req));
+  return detail::LockAttempt::run_blocking(
+      *client_, detail::mutex_request(path_, mode, options, options_, retained_, timeout, std::move(stop)));
 }
 
 void FairSharedMutex::start(Mode mode, AcquireCallback done, const AcquireOptions& options,
                             std::chrono::milliseconds timeout, std::stop_token stop) {
-  detail::AttemptRequest req;
-  req.lock_path = path_;
-  req.mode = mode;
-  req.options = options;
-  req.policy = options_.loss_policy;
-  req.timeout = timeout;
-  req.stop = std::move(stop);
-  if (mode == Mode::exclusive) {  // writers only: a reader never retains
-    req.retain = options_.retain;
-    req.slot = retained_;
-  }
-  detail::start_async(*client_, std::move(req), std::move(done));
+  detail::start_async(*client_, detail::mutex_request(path_, mode, options, options_, retained_, timeout, std::move(stop)),
+                      std::move(done));
 }
 
 // A non-positive timeout still means "try": at least one millisecond.
