@@ -16,8 +16,8 @@
 #include "detector/daemon.hpp"
 #include "floor.hpp"
 #include "scenarios.hpp"
-#include "zklock/node_data.hpp"
-#include "zklock/node_name.hpp"
+#include "zklock/protocol/node_data.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 namespace zklock::bench {
 namespace {

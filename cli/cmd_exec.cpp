@@ -36,7 +36,7 @@
 #include "cli/commands.hpp"
 #include "zklock/fair_mutex.hpp"
 #include "zklock/shared_mutex.hpp"
-#include "zklock/revocation.hpp"
+#include "zklock/protocol/revocation.hpp"
 
 extern char** environ;
 

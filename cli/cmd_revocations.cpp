@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
-#include "zklock/revocation.hpp"
+#include "zklock/protocol/revocation.hpp"
 
 namespace zklock::cli {
 namespace {

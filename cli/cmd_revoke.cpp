@@ -1,5 +1,5 @@
 // zklock revoke NODE --reason TEXT: an operator's revocation, through the
-// same atomic record-and-delete as the detector (zklock/revocation.hpp).
+// same atomic record-and-delete as the detector (zklock/protocol/revoke.hpp).
 // The node's owner is told: a waiter's acquire fails as a deadlock victim,
 // a holder's lease is lost (revoked), both with the recorded reason.
 #include <unistd.h>
@@ -13,7 +13,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/lock_tree.hpp"
-#include "zklock/revocation.hpp"
+#include "zklock/protocol/revoke.hpp"
 
 namespace zklock::cli {
 namespace {

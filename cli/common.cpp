@@ -11,7 +11,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "zklock/node_name.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 namespace zklock::cli {
 

@@ -3,7 +3,7 @@
 // Each scan analyses the mirror's snapshot (no ZooKeeper reads), finds the
 // cycles among waits older than min_wait, picks a victim per cycle by policy
 // and, when this replica leads (and not in dry-run), revokes it with one
-// checked multi (zklock/revocation.hpp). A scan runs every `interval`, and
+// checked multi (zklock/protocol/revoke.hpp). A scan runs every `interval`, and
 // also at the min-wait deadline of each new lock node the mirror sees (the
 // fast path), so detection latency is at most min_wait + one scan + one
 // round trip after the cycle closes.
@@ -31,7 +31,7 @@
 #include "detector/mirror.hpp"
 #include "detector/policy.hpp"
 #include "zklock/client.hpp"
-#include "zklock/revocation.hpp"
+#include "zklock/protocol/revoke.hpp"
 
 namespace zklock::detector {
 

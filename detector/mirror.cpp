@@ -8,7 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "zklock/node_data.hpp"
+#include "zklock/protocol/node_data.hpp"
 
 namespace zklock::detector {
 

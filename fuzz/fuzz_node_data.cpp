@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "zklock/error.hpp"
-#include "zklock/node_data.hpp"
+#include "zklock/protocol/node_data.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "zklock/node_name.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 namespace {
 

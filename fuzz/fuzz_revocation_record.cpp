@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "zklock/error.hpp"
-#include "zklock/revocation.hpp"
+#include "zklock/protocol/revocation.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);

@@ -1,5 +1,5 @@
 // Queue order: the one place that decides the order of a lock's nodes and
-// who waits for whom. The recipe (lib/src/lock_machine.cpp), the detector's
+// who waits for whom. The recipe (lib/src/lock_machine_acquire.cpp), the detector's
 // wait-for model (lib/model/lock_queue.cpp), its leader election and the CLI
 // all call these functions; nothing restates them. Pure: no I/O, no clocks.
 // docs/design.md ("Creation order") gives the argument; docs/protocol.md
@@ -35,7 +35,7 @@
 #include <string_view>
 #include <vector>
 
-#include "zklock/node_name.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 namespace zklock::model {
 

@@ -10,7 +10,7 @@
 
 #include "client_impl.hpp"
 #include "digest.hpp"
-#include "zklock/node_name.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 namespace zklock {
 

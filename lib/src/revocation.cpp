@@ -1,4 +1,5 @@
-#include "zklock/revocation.hpp"
+// Revocation: the record's JSON codec, and the checked multi that deletes a node with its record.
+#include "zklock/protocol/revoke.hpp"
 
 #include <algorithm>
 #include <condition_variable>

@@ -44,8 +44,8 @@
 #include "running_daemon.hpp"
 #include "zk_harness.hpp"
 #include "zklock/fair_mutex.hpp"
-#include "zklock/node_name.hpp"
-#include "zklock/revocation.hpp"
+#include "zklock/protocol/node_name.hpp"
+#include "zklock/protocol/revoke.hpp"
 #include "zklock/shared_mutex.hpp"
 
 namespace zklock::detector {

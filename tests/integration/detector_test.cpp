@@ -15,8 +15,8 @@
 #include "running_daemon.hpp"
 #include "zk_harness.hpp"
 #include "zklock/fair_mutex.hpp"
-#include "zklock/node_data.hpp"
-#include "zklock/revocation.hpp"
+#include "zklock/protocol/node_data.hpp"
+#include "zklock/protocol/revoke.hpp"
 #include "zklock/token.hpp"
 
 namespace zklock::detector {

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "zk_harness.hpp"
-#include "zklock/node_data.hpp"
+#include "zklock/protocol/node_data.hpp"
 
 namespace zklock {
 namespace {

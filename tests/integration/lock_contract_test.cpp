@@ -28,6 +28,7 @@
 #include "zklock/multi_lock.hpp"
 #include "zklock/shared_mutex.hpp"
 #include "zklock/striped_mutex.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 namespace zklock {
 namespace {

@@ -28,6 +28,7 @@
 #include "zk_harness.hpp"
 #include "zklock/client.hpp"
 #include "zklock/fair_mutex.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 namespace zklock {
 namespace {

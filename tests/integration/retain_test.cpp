@@ -14,6 +14,7 @@
 #include "zk_harness.hpp"
 #include "zklock/fair_mutex.hpp"
 #include "zklock/shared_mutex.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 namespace zklock {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "zklock/revocation.hpp"
+#include "zklock/protocol/revoke.hpp"
 
 namespace zklock::sim {
 

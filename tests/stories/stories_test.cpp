@@ -14,7 +14,7 @@
 
 #include "story_support.hpp"
 #include "zklock/fence_gate.hpp"
-#include "zklock/node_name.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 namespace zklock::stories {
 namespace {

@@ -1,4 +1,4 @@
-#include "zklock/node_name.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "zklock/error.hpp"
-#include "zklock/node_data.hpp"
+#include "zklock/protocol/node_data.hpp"
 
 namespace zklock {
 namespace {

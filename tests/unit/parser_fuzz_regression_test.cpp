@@ -12,8 +12,8 @@
 // nullopt for malformed data: out-of-range numbers must be refused.
 #include <gtest/gtest.h>
 
-#include "zklock/node_data.hpp"
-#include "zklock/revocation.hpp"
+#include "zklock/protocol/node_data.hpp"
+#include "zklock/protocol/revocation.hpp"
 
 namespace zklock {
 namespace {

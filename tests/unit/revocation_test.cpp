@@ -1,4 +1,4 @@
-#include "zklock/revocation.hpp"
+#include "zklock/protocol/revoke.hpp"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "zklock/node_name.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 namespace zklock {
 namespace {

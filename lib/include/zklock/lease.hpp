@@ -38,7 +38,7 @@
 #include <string>
 
 #include "zklock/error.hpp"
-#include "zklock/node_name.hpp"
+#include "zklock/mode.hpp"
 #include "zklock/token.hpp"
 
 namespace zklock {

@@ -1,5 +1,11 @@
-// The data stored in every lock node: compact JSON, at most 256 bytes,
-// written once at create and never changed (docs/protocol.md).
+// The data stored in every lock node (owner, host, pid, mode, priority): its JSON codec.
+//
+// Protocol module (zklock/protocol/): for zklock's own tools (detector, CLI)
+// and for clients in other languages, not for applications, whose API is
+// the headers directly in zklock/.
+//
+// Compact JSON, at most 256 bytes, written once at create and never changed
+// (docs/protocol.md).
 //   {"owner":"host/123/7","host":"host","pid":123,"mode":"exclusive","priority":0,
 //    "description":"nightly invoice run"}
 #pragma once

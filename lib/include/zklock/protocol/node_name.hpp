@@ -1,4 +1,9 @@
-// The lock node layout shared by the recipe, the detector and the CLI.
+// The lock node names: their layout, parser and builder, shared by the recipe, the detector and the CLI.
+//
+// Protocol module (zklock/protocol/): for zklock's own tools (detector, CLI)
+// and for clients in other languages, not for applications, whose API is
+// the headers directly in zklock/.
+//
 // docs/protocol.md is the normative description; keep the two in step.
 //
 //   <lock path>/<mode>_<owner key>_<guid>_<sequence>
@@ -14,12 +19,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+
+#include "zklock/mode.hpp"
 
 namespace zklock {
-
-enum class Mode { exclusive, shared };
-
-std::string_view mode_name(Mode m) noexcept;  // "exclusive" / "shared"
 
 // 64-bit FNV-1a (offset basis 0xcbf29ce484222325, prime 0x100000001b3) of
 // `bytes`. Stable across processes, platforms, languages and releases: it is

@@ -1,4 +1,9 @@
 // Every path zklock keeps its own metadata under: the /zklock subtree.
+//
+// Protocol module (zklock/protocol/): for zklock's own tools (detector, CLI)
+// and for clients in other languages, not for applications, whose API is
+// the headers directly in zklock/.
+//
 // docs/protocol.md is the normative description; keep the two in step.
 //
 //   /zklock                        persistent; created on first use

@@ -1,6 +1,11 @@
-// Revocation records: the on-ZooKeeper record of a deleted lock node, at
-// /zklock/revocations/<name of the deleted node> (zklock/revocation.hpp
-// holds the operations that write and read them).
+// Revocation records: the on-ZooKeeper record of a deleted lock node, and its JSON codec.
+//
+// Protocol module (zklock/protocol/): for zklock's own tools (detector, CLI)
+// and for clients in other languages, not for applications, whose API is
+// the headers directly in zklock/.
+//
+// At /zklock/revocations/<name of the deleted node>; zklock/protocol/revoke.hpp
+// holds the operations that write and read them.
 //
 // Record names are the deleted nodes' names, which are unique (they carry a
 // GUID), so the owner of a vanished node finds out why with a single read

@@ -1,5 +1,9 @@
 // Revocation: deleting someone else's lock node, atomically and on record.
 //
+// Protocol module (zklock/protocol/): for zklock's own tools (detector, CLI)
+// and for clients in other languages, not for applications, whose API is
+// the headers directly in zklock/.
+//
 // The deadlock detector (and an operator, through `zklock revoke`) breaks a
 // wait by deleting a lock node. The deletion and its explanation are one
 // ZooKeeper multi:
@@ -16,8 +20,8 @@
 // no false revocation, and no second victim for the same cycle, because the
 // first victim's node is gone and fails the second attempt's checks.
 //
-// The records themselves (their path and JSON codec) are part of the
-// on-ZooKeeper layout: zklock/protocol/revocation.hpp.
+// The records themselves (their path and JSON codec):
+// zklock/protocol/revocation.hpp.
 //
 // Thread-safety: free functions; the Client rules apply (never call the
 // synchronous ones from a Client callback).
