@@ -1,3 +1,4 @@
+// CRC-32 (IEEE) of the fence gate's state file, computed by zlib.
 #include "crc32.hpp"
 
 #include <zlib.h>

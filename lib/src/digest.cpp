@@ -1,3 +1,4 @@
+// SHA-1 and base64 for ZooKeeper digest ACL ids, from OpenSSL's libcrypto.
 #include "digest.hpp"
 
 #include <openssl/evp.h>

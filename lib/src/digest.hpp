@@ -1,5 +1,6 @@
-// SHA-1 and base64, only for ZooKeeper digest ACL ids
-// ("user:base64(sha1(user:password))"). Not for anything security-critical
+// Internal: SHA-1 and base64, only for ZooKeeper digest ACL ids.
+//
+// An id is "user:base64(sha1(user:password))". Not for anything security-critical
 // beyond what ZooKeeper's digest scheme itself offers. Both come from
 // OpenSSL's libcrypto (digest.cpp); zklock implements no cryptography.
 #pragma once

@@ -1,7 +1,9 @@
-// Internal: reading integers from untrusted JSON. nlohmann::json converts a
-// number outside the target type's range with undefined behaviour (a double
-// cast to int64) or silently truncates it; protocol decoders must refuse
-// such data instead (found by fuzzing, tests/unit/parser_fuzz_regression_test.cpp).
+// Internal: reading integers from untrusted JSON, refusing what does not fit.
+//
+// nlohmann::json converts a number outside the target type's range with
+// undefined behaviour (a double cast to int64) or silently truncates it;
+// protocol decoders must refuse such data instead (found by fuzzing,
+// tests/unit/parser_fuzz_regression_test.cpp).
 #pragma once
 
 #include <cstdint>

@@ -1,3 +1,4 @@
+// Lease and OwnerScope: a granted lock's handle over its attempt, and the thread's default owner.
 #include "zklock/lease.hpp"
 
 #include <tuple>

@@ -1,5 +1,4 @@
-// MultiLock: members taken one by one, in path order, through the one
-// recipe core; a failure unwinds what was taken.
+// MultiLock: members taken one by one in path order through the one recipe core; a failure unwinds.
 #include "zklock/multi_lock.hpp"
 
 #include <algorithm>

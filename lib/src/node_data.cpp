@@ -1,3 +1,4 @@
+// The lock node data's JSON codec: bounded to 256 bytes, and refusing malformed input.
 #include "zklock/protocol/node_data.hpp"
 
 #include <cstdint>

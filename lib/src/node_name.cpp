@@ -1,3 +1,4 @@
+// Lock node names and lock paths: owner keys, the name parser and builder, GUIDs, path validation.
 #include "zklock/protocol/node_name.hpp"
 
 #include <charconv>

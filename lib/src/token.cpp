@@ -1,3 +1,4 @@
+// FencingToken: its text form "<ensemble-id>:<czxid>", parsing, and order by czxid within an ensemble.
 #include "zklock/token.hpp"
 
 #include <charconv>
