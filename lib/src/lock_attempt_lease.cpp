@@ -9,8 +9,11 @@
 #include "lock_attempt.hpp"
 
 namespace zklock::detail {
+namespace {
 
 using Kind = MachineEvent::Kind;
+
+}  // namespace
 
 std::pair<std::uint64_t, FencingToken> LockAttempt::current_grant() const {
   std::lock_guard lk(mu_);

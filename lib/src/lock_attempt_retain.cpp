@@ -8,8 +8,11 @@
 #include "lock_attempt.hpp"
 
 namespace zklock::detail {
+namespace {
 
 using Kind = MachineEvent::Kind;
+
+}  // namespace
 
 RetainSlot::~RetainSlot() {
   std::shared_ptr<LockAttempt> idle;
