@@ -141,20 +141,24 @@ TEST(Retain, AWaiterQueuedBeforeTheReTakeGoesFirst) {
   for (int round = 0; round < 10; ++round) {
     Lease a = m1.acquire();
     a.release();
-    std::promise<AcquireResult> waiter;
-    m2.acquire_async([&](AcquireResult r) { waiter.set_value(std::move(r)); });
+    auto waiter = std::make_shared<std::promise<AcquireResult>>();
+    auto waited = waiter->get_future();
+    // An owner of its own: the default one is this thread's, which m1's
+    // acquire above used too, and the check below would find m1's node.
+    m2.acquire_async([waiter](AcquireResult r) { waiter->set_value(std::move(r)); }, {.owner = "waiter"});
     // The waiter's node is in place before we ask again.
     ASSERT_TRUE(eventually(
         [&] {
           for (const auto& n : c1.children(path)) {
             auto p = parse_lock_node_name(n);
-            if (p && p->owner_key == owner_key(c2.default_owner())) return true;
+            if (p && p->owner_key == owner_key("waiter")) return true;
           }
           return false;
         },
         5s));
     auto mine = std::async(std::launch::async, [&] { return m1.acquire(); });
-    auto w = waiter.get_future().get();
+    ASSERT_EQ(waited.wait_for(30s), std::future_status::ready) << "round " << round << ": the waiter was never granted";
+    auto w = waited.get();
     ASSERT_FALSE(w.error) << w.error->what();
     EXPECT_EQ(mine.wait_for(100ms), std::future_status::timeout) << "round " << round << ": granted ahead of a waiter";
     const auto tw = w.lease.token();
