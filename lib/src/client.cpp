@@ -55,17 +55,6 @@ Op Op::check(std::string path, int version) {
   return op;
 }
 
-Status Status::own_error(Errc code, std::string message) {
-  Status st(ZAPIERROR);
-  st.own_ = std::make_shared<const Error>(code, std::move(message));
-  return st;
-}
-
-Error Status::error(std::string_view context) const {
-  if (own_) return Error(own_->code(), std::string(context) + ": " + own_->what());
-  return error_from_zk(rc, context);
-}
-
 void validate_connect_string(std::string_view connect) {
   auto fail = [&](const std::string& why) {
     throw Error(Errc::invalid_argument,

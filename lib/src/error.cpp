@@ -1,3 +1,5 @@
+// zklock's error shape: ZooKeeper codes mapped once, names, Error and Status,
+// and the transient / session-fatal classification of every Errc.
 #include "zklock/error.hpp"
 
 #include <zookeeper/zookeeper.h>
@@ -100,5 +102,80 @@ Error error_from_zk(int zk_rc, std::string_view context) {
   e.zk_code_ = zk_rc;
   return e;
 }
+
+Status Status::own_error(Errc code, std::string message) {
+  Status st;
+  st.failed_ = true;
+  st.code_ = code;
+  st.message_ = std::make_shared<const std::string>(std::move(message));
+  return st;
+}
+
+Error Status::error(std::string_view context) const {
+  if (message_) return Error(code_, std::string(context) + ": " + *message_);
+  return error_from_zk(zk_code_, context);
+}
+
+namespace {
+
+enum class Kind { transient, session_fatal, other };
+
+// Every code decided here, in one switch without a default: a new Errc does
+// not compile (-Wswitch) until someone decides its kind. The reasons for the
+// borderline codes are in error.hpp.
+Kind kind_of(Errc code) noexcept {
+  switch (code) {
+    case Errc::connection_loss:
+    case Errc::operation_timeout:
+    case Errc::connect_timeout:
+      return Kind::transient;
+    case Errc::session_expired:
+    case Errc::closing:
+      return Kind::session_fatal;
+    case Errc::system_error:
+    case Errc::runtime_inconsistency:
+    case Errc::data_inconsistency:
+    case Errc::marshalling_error:
+    case Errc::unimplemented:
+    case Errc::bad_arguments:
+    case Errc::invalid_state:
+    case Errc::new_config_no_quorum:
+    case Errc::reconfig_in_progress:
+    case Errc::ssl_connection_error:
+    case Errc::api_error:
+    case Errc::no_node:
+    case Errc::no_auth:
+    case Errc::bad_version:
+    case Errc::no_children_for_ephemerals:
+    case Errc::node_exists:
+    case Errc::not_empty:
+    case Errc::invalid_callback:
+    case Errc::invalid_acl:
+    case Errc::auth_failed:
+    case Errc::nothing:
+    case Errc::session_moved:
+    case Errc::not_read_only:
+    case Errc::ephemeral_on_local_session:
+    case Errc::no_watcher:
+    case Errc::reconfig_disabled:
+    case Errc::session_closed_require_sasl:
+    case Errc::throttled:
+    case Errc::unknown_zk_error:
+    case Errc::invalid_argument:
+    case Errc::timeout:
+    case Errc::cancelled:
+    case Errc::would_deadlock:
+    case Errc::deadlock_victim:
+    case Errc::protocol_error:
+    case Errc::io_error:
+      return Kind::other;
+  }
+  return Kind::other;
+}
+
+}  // namespace
+
+bool is_transient(Errc code) noexcept { return kind_of(code) == Kind::transient; }
+bool is_session_fatal(Errc code) noexcept { return kind_of(code) == Kind::session_fatal; }
 
 }  // namespace zklock

@@ -122,7 +122,7 @@ std::vector<OpResult> failed_at(std::size_t n, std::size_t idx, Errc code) {
     }
   };
   std::vector<OpResult> out(n);
-  for (std::size_t i = idx; i < n; ++i) out[i].status.rc = i == idx ? rc(code) : -2;
+  for (std::size_t i = idx; i < n; ++i) out[i].status = Status{i == idx ? rc(code) : -2};
   return out;
 }
 

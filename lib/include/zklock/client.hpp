@@ -96,27 +96,6 @@ struct ClientOptions {
   std::string logger = "zklock";
 };
 
-// The result of one operation: a ZooKeeper return code, or one of zklock's
-// own failures with a message (own_error; e.g. protocol_error for data on
-// ZooKeeper that violates docs/protocol.md).
-struct Status {
-  Status() = default;
-  explicit Status(int zk_rc) noexcept : rc(zk_rc) {}
-  // A failure that is zklock's, not ZooKeeper's: rc is ZAPIERROR, code() is
-  // `code`, and error() carries `message`.
-  static Status own_error(Errc code, std::string message);
-
-  int rc = 0;  // the ZooKeeper return code (ZAPIERROR for an own_error)
-  bool ok() const noexcept { return rc == 0; }
-  Errc code() const noexcept { return own_ ? own_->code() : errc_from_zk(rc); }
-  bool is(Errc c) const noexcept { return rc != 0 && code() == c; }
-  // The failure as an Error whose message starts with "<context>: ".
-  Error error(std::string_view context) const;
-
- private:
-  std::shared_ptr<const Error> own_;  // set by own_error() only
-};
-
 struct Stat {
   std::int64_t czxid = 0, mzxid = 0, ctime = 0, mtime = 0, pzxid = 0;
   std::int32_t version = 0, cversion = 0, aversion = 0;

@@ -1,12 +1,17 @@
-// zklock's single error type.
+// zklock's one error shape: Errc, the thrown Error, the async Status, and the
+// classifiers callers branch on.
 //
-// Every fallible zklock call reports failure by throwing zklock::Error (or, in
-// the async API, by handing one to the callback). An Error carries a code that
-// callers branch on and a message written for the operator who reads the log.
-// ZooKeeper return codes map one-to-one onto the first group of codes; the
-// mapping lives in exactly one function, error_from_zk().
+// Every fallible synchronous zklock call reports failure by throwing
+// zklock::Error; every asynchronous one hands its callback a zklock::Status.
+// Both carry the same pair: code() → Errc (ZooKeeper's codes and zklock's
+// own), zk_code() → the ZooKeeper return code (0 for zklock's own), and a
+// message written for the operator who reads the log. ZooKeeper return codes
+// map one-to-one onto the first group of codes in exactly one function,
+// errc_from_zk(). Callers ask is_transient() / is_session_fatal() instead of
+// keeping their own lists of codes.
 #pragma once
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -84,5 +89,71 @@ Error error_from_zk(int zk_rc, std::string_view context);
 
 // The Errc for a ZooKeeper return code (ZOK is not an error: do not pass it).
 Errc errc_from_zk(int zk_rc) noexcept;
+
+// The result of one asynchronous operation: ok, or a failure carrying what an
+// Error carries — ZooKeeper's return code, or one of zklock's own failures
+// with a message (own_error; e.g. protocol_error for data on ZooKeeper that
+// violates docs/protocol.md). Cheap to copy.
+class Status {
+ public:
+  Status() noexcept = default;  // ok
+  // From a ZooKeeper return code; ZOK (0) is ok.
+  explicit Status(int zk_rc) noexcept : zk_code_(zk_rc), failed_(zk_rc != 0) {
+    if (failed_) code_ = errc_from_zk(zk_rc);
+  }
+  // A failure that is zklock's, not ZooKeeper's: zk_code() is 0, code() is
+  // `code`, and error() carries `message`.
+  static Status own_error(Errc code, std::string message);
+
+  bool ok() const noexcept { return !failed_; }
+  // What failed. REQUIRES !ok() (an ok Status answers unknown_zk_error).
+  Errc code() const noexcept { return code_; }
+  // The ZooKeeper return code, or 0 for ok and for zklock's own failures.
+  int zk_code() const noexcept { return zk_code_; }
+  // True when this is a failure with code `c`.
+  bool is(Errc c) const noexcept { return failed_ && code_ == c; }
+  // The failure as an Error whose message starts with "<context>: ".
+  // REQUIRES !ok().
+  Error error(std::string_view context) const;
+
+ private:
+  int zk_code_ = 0;
+  bool failed_ = false;
+  Errc code_ = Errc::unknown_zk_error;
+  std::shared_ptr<const std::string> message_;  // own_error() only
+};
+
+// --- classifiers ---------------------------------------------------------
+// Every Errc is deliberately in at most one of these two groups (error.cpp
+// decides each code in one switch; tests/unit/error_test.cpp pins the table).
+//
+// Transient: the ensemble could not be reached or did not answer in time; a
+// request's outcome is unknown (it may or may not have run), the session may
+// still be alive, and the same step may succeed once connected again:
+//   connection_loss, operation_timeout   (the C client's "outcome unknown")
+//   connect_timeout                      (no session yet; nothing ran)
+// Not transient, on purpose: timeout (the caller's own deadline ran out, not
+// the ensemble's failure), throttled (the server refused and did not run the
+// request; retrying at once is what the throttle is there to stop),
+// session_moved (the C client reconnects by itself; the request did not run),
+// ssl_connection_error (a TLS handshake failure is usually configuration),
+// new_config_no_quorum / reconfig_in_progress (answers to reconfig, which
+// zklock never sends).
+bool is_transient(Errc code) noexcept;
+// Session-fatal: the session is gone for good; every ephemeral node and every
+// lease of it is lost, and only a new session can go on:
+//   session_expired   (the server expired it)
+//   closing           (this Client is shutting down and closed it)
+// Not session-fatal, on purpose: auth_failed and session_closed_require_sasl
+// (the handle is unusable, but the cause is the credentials, and callers
+// report it as such, not as an outage; Client reports ConnectionState::lost
+// separately), invalid_state (the C client refused to send, or a synchronous
+// call from a callback: no verdict on the session), session_moved.
+bool is_session_fatal(Errc code) noexcept;
+
+inline bool is_transient(const Error& e) noexcept { return is_transient(e.code()); }
+inline bool is_session_fatal(const Error& e) noexcept { return is_session_fatal(e.code()); }
+inline bool is_transient(const Status& s) noexcept { return !s.ok() && is_transient(s.code()); }
+inline bool is_session_fatal(const Status& s) noexcept { return !s.ok() && is_session_fatal(s.code()); }
 
 }  // namespace zklock
