@@ -33,20 +33,19 @@ CliError::CliError(int exit_code, std::string message)
     : std::runtime_error(std::move(message)), exit_code_(exit_code) {}
 
 int exit_code_for(Errc code) noexcept {
+  // Unavailable: what error.hpp calls transient or session-fatal, plus an
+  // ensemble without quorum and a failed TLS handshake (neither is either
+  // class, but to the user ZooKeeper is just as unreachable).
+  if (is_transient(code) || is_session_fatal(code) || code == Errc::new_config_no_quorum ||
+      code == Errc::ssl_connection_error) {
+    return exit_code::unavailable;
+  }
   switch (code) {
     case Errc::invalid_argument:
     case Errc::bad_arguments:
       return exit_code::usage;
     case Errc::no_node:
       return exit_code::no_such;
-    case Errc::connect_timeout:
-    case Errc::connection_loss:
-    case Errc::operation_timeout:
-    case Errc::session_expired:
-    case Errc::closing:
-    case Errc::new_config_no_quorum:
-    case Errc::ssl_connection_error:
-      return exit_code::unavailable;
     case Errc::deadlock_victim:
       return exit_code::deadlock_victim;
     case Errc::timeout:

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 #include <CLI/CLI.hpp>
 
@@ -120,6 +121,18 @@ TEST(CliExitCodes, ErrorsMapToTheDocumentedCodes) {
   EXPECT_EQ(exit_code_for(Errc::deadlock_victim), 73);
   EXPECT_EQ(exit_code_for(Errc::timeout), 75);
   EXPECT_EQ(exit_code_for(Errc::no_auth), 1);
+}
+
+// 69 is exactly the outage codes: error.hpp's transient and session-fatal
+// classes, plus no quorum and a failed TLS handshake. Every Errc is checked.
+TEST(CliExitCodes, UnavailableIsExactlyTheOutageCodes) {
+  const std::set<Errc> unavailable = {Errc::connect_timeout,   Errc::connection_loss,     Errc::operation_timeout,
+                                      Errc::session_expired,   Errc::closing,             Errc::new_config_no_quorum,
+                                      Errc::ssl_connection_error};
+  for (int i = 0; errc_name(static_cast<Errc>(i)) != "unknown"; ++i) {
+    const auto c = static_cast<Errc>(i);
+    EXPECT_EQ(exit_code_for(c) == 69, unavailable.count(c) == 1) << errc_name(c);
+  }
 }
 
 TEST(CliSession, HexLikeZooKeeper) {
