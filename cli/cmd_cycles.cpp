@@ -20,7 +20,7 @@ void run_cycles(const GlobalOptions& g, const CyclesOptions& o) {
   const auto min_wait = parse_duration(o.min_wait);
   const std::string path = o.path.empty() ? resolve_path(g.root, "/") : resolve_path(o.path, g.root);
   auto client = connect(g);
-  if (!o.path.empty() && !client->stat(path)) throw CliError(exit_code::no_such, "no such path: " + path);
+  if (!o.path.empty() && !client->try_stat(path)) throw CliError(exit_code::no_such, "no such path: " + path);
   const auto tree = read_tree(*client, path);
   const auto analysis = analyze(tree.locks, min_wait, now_ms());
   const auto cycles = analysis.graph.cycles();

@@ -164,7 +164,7 @@ std::vector<Check> run_checks(const GlobalOptions& g, int& exit_status) {
   // 4. Ensemble id (read only; the first lock creates it).
   try {
     const std::string path(protocol::kEnsembleIdPath);
-    const auto id = client->get_data(path);
+    const auto id = client->try_get(path);
     if (id && is_uuid(*id)) checks.push_back({"ensemble id", "ok", *id});
     else if (id) checks.push_back({"ensemble id", "fail", path + " holds no UUID: '" + id->substr(0, 64) + "'"});
     else checks.push_back({"ensemble id", "warn", "absent (created by the first lock taken)"});
@@ -175,7 +175,7 @@ std::vector<Check> run_checks(const GlobalOptions& g, int& exit_status) {
   // 5. Root, and 6. permissions on it (a probe node: create, then delete).
   std::optional<Stat> root_stat;
   try {
-    root_stat = client->stat(root);
+    root_stat = client->try_stat(root);
   } catch (const Error& e) {
     checks.push_back({"root", "fail", e.what()});
   }
@@ -186,14 +186,14 @@ std::vector<Check> run_checks(const GlobalOptions& g, int& exit_status) {
       (void)client->children(root);
       const std::string probe = root + "/zklock-doctor-" + new_guid();
       std::promise<Status> created, removed;
-      client->create(probe, "", CreateMode::ephemeral,
-                     [&created](Status s, const std::string&, const Stat&) { created.set_value(s); });
+      client->create_async(probe, "", CreateMode::ephemeral,
+                           [&created](Status s, const std::string&, const Stat&) { created.set_value(s); });
       const Status cs = created.get_future().get();
       if (!cs.ok()) {
         c.status = "fail";
         c.detail = "cannot create under " + root + ": " + cs.error("create").what();
       } else {
-        client->remove(probe, -1, [&removed](Status s) { removed.set_value(s); });
+        client->remove_async(probe, -1, [&removed](Status s) { removed.set_value(s); });
         const Status rs = removed.get_future().get();
         if (!rs.ok()) {
           c.status = "fail";
@@ -218,14 +218,14 @@ std::vector<Check> run_checks(const GlobalOptions& g, int& exit_status) {
     const std::string dir(protocol::kElectionPath);
     auto cands = model::election_candidates(client->children(dir));
     for (auto i : model::election_czxids_needed(cands)) {
-      if (const auto st = client->stat(dir + "/" + cands[i].name)) cands[i].czxid = st->czxid;
+      if (const auto st = client->try_stat(dir + "/" + cands[i].name)) cands[i].czxid = st->czxid;
     }
     model::sort_election(cands);
     if (cands.empty()) {
       checks.push_back({"detector", "warn", "no zklock-detector running (no election nodes)"});
     } else {
       const auto& leader = cands.front().name;
-      const auto data = client->get_data(dir + "/" + leader);
+      const auto data = client->try_get(dir + "/" + leader);
       checks.push_back({"detector", "ok", "leader " + (data && !data->empty() ? *data : leader) + " (" +
                                               std::to_string(cands.size()) + " replica" +
                                               (cands.size() == 1 ? ")" : "s)")});

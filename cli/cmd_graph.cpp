@@ -103,7 +103,7 @@ void run_graph(const GlobalOptions& g, const GraphOptions& o) {
   const std::string format = g.json ? "json" : o.format;
   const std::string path = o.path.empty() ? resolve_path(g.root, "/") : resolve_path(o.path, g.root);
   auto client = connect(g);
-  if (!o.path.empty() && !client->stat(path)) throw CliError(exit_code::no_such, "no such path: " + path);
+  if (!o.path.empty() && !client->try_stat(path)) throw CliError(exit_code::no_such, "no such path: " + path);
   const auto tree = read_tree(*client, path);
   const auto& locks = tree.locks;
   const auto now = now_ms();

@@ -45,7 +45,7 @@ void run_ls(const GlobalOptions& g, const LsOptions& o) {
   const bool explicit_path = !o.path.empty();
   const std::string path = explicit_path ? resolve_path(o.path, g.root) : resolve_path(g.root, "/");
   auto client = connect(g);
-  if (explicit_path && !client->stat(path)) throw CliError(exit_code::no_such, "no such path: " + path);
+  if (explicit_path && !client->try_stat(path)) throw CliError(exit_code::no_such, "no such path: " + path);
   const auto tree = read_tree(*client, path);
   const auto now = now_ms();
 

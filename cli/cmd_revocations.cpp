@@ -19,12 +19,7 @@ struct RevocationsOptions {
 void run_revocations(const GlobalOptions& g, const RevocationsOptions& o) {
   auto client = connect(g);
   const std::string dir(kRevocationsPath);
-  std::vector<std::string> names;
-  try {
-    names = client->children(dir);
-  } catch (const Error& e) {
-    if (e.code() != Errc::no_node) throw;  // none yet: empty
-  }
+  const auto names = client->try_children(dir).value_or(std::vector<std::string>{});  // none yet: empty
   struct Entry {
     std::string path;
     RevocationRecord record;
@@ -34,7 +29,7 @@ void run_revocations(const GlobalOptions& g, const RevocationsOptions& o) {
   for (const auto& n : names) {
     const std::string p = dir + "/" + n;
     Stat stat;
-    const auto data = client->get_data(p, &stat);
+    const auto data = client->try_get(p, &stat);
     if (!data) continue;  // pruned meanwhile
     auto rec = decode_revocation_record(*data);
     Entry e{p, rec.value_or(RevocationRecord{}), rec.has_value()};

@@ -49,7 +49,7 @@ std::vector<NodeView> read_nodes(Client& client, const std::string& parent,
     n.name = names[i];
     n.path = model::node_path(parent, names[i]);
     n.parsed = parse_lock_node_name(names[i]);
-    client.get(n.path, {}, [batch, i](Status st, std::string data, const Stat& stat) {
+    client.get_async(n.path, {}, [batch, i](Status st, std::string data, const Stat& stat) {
       std::lock_guard lk(batch->mu);
       if (st.ok()) {
         batch->nodes[i].stat = stat;
@@ -216,7 +216,7 @@ model::WaitAnalysis analyze(const std::vector<LockView>& locks, milliseconds min
 }
 
 std::optional<std::string> read_ensemble_id(Client& client) {
-  auto id = client.get_data(std::string(protocol::kEnsembleIdPath));
+  auto id = client.try_get(std::string(protocol::kEnsembleIdPath));
   if (!id || id->empty()) return std::nullopt;
   return id;
 }

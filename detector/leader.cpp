@@ -78,29 +78,29 @@ struct LeaderElection::Core : std::enable_shared_from_this<LeaderElection::Core>
 
   void ensure(const std::string& path, std::uint64_t gen, std::function<void()> next) {
     auto self = shared_from_this();
-    client.create(path, "", CreateMode::persistent,
-                  [self, gen, path, next = std::move(next)](Status s, const std::string&, const Stat&) {
-                    if (!self->current(gen)) return;
-                    if (s.ok() || s.is(Errc::node_exists)) {
-                      next();
-                    } else if (s.is(Errc::no_auth)) {
-                      // ZooKeeper checks CREATE on the parent before it
-                      // looks for the node: an administrator may have
-                      // created it under a parent we may not create in.
-                      self->client.exists(path, {}, [self, gen, path, next](Status st, const Stat&) {
-                        if (!self->current(gen)) return;
-                        if (st.ok()) {
-                          next();
-                        } else {
-                          self->log->warn("leader election: cannot create {}: no_auth; retrying on the next poll",
-                                          path);
-                        }
-                      });
-                    } else {
-                      self->log->warn("leader election: cannot create {}: {}; retrying on the next poll", path,
-                                      errc_name(s.code()));
-                    }
-                  });
+    client.create_async(path, "", CreateMode::persistent,
+                        [self, gen, path, next = std::move(next)](Status s, const std::string&, const Stat&) {
+                          if (!self->current(gen)) return;
+                          if (s.ok() || s.is(Errc::node_exists)) {
+                            next();
+                          } else if (s.is(Errc::no_auth)) {
+                            // ZooKeeper checks CREATE on the parent before it
+                            // looks for the node: an administrator may have
+                            // created it under a parent we may not create in.
+                            self->client.stat_async(path, {}, [self, gen, path, next](Status st, const Stat&) {
+                              if (!self->current(gen)) return;
+                              if (st.ok()) {
+                                next();
+                              } else {
+                                self->log->warn("leader election: cannot create {}: no_auth; retrying on the next poll",
+                                                path);
+                              }
+                            });
+                          } else {
+                            self->log->warn("leader election: cannot create {}: {}; retrying on the next poll", path,
+                                            errc_name(s.code()));
+                          }
+                        });
   }
 
   void create_candidate(std::uint64_t gen) {
@@ -110,26 +110,26 @@ struct LeaderElection::Core : std::enable_shared_from_this<LeaderElection::Core>
       prefix = protocol::election_candidate_prefix(opt.dir, guid);
     }
     auto self = shared_from_this();
-    client.create(prefix, opt.id, CreateMode::ephemeral_sequential,
-                  [self, gen](Status s, const std::string& created, const Stat&) {
-                    if (!self->current(gen)) {
-                      if (s.ok()) self->superseded(created);
-                      return;
-                    }
-                    if (s.ok()) {
-                      {
-                        std::lock_guard lock(self->mu);
-                        self->node = created;
-                      }
-                      self->check(gen);
-                    } else {
-                      // A create lost to a connection drop may still have
-                      // happened: check() finds our node again by its GUID.
-                      self->log->warn("leader election: creating the candidate node failed: {}",
-                                      errc_name(s.code()));
-                      self->check(gen);
-                    }
-                  });
+    client.create_async(prefix, opt.id, CreateMode::ephemeral_sequential,
+                        [self, gen](Status s, const std::string& created, const Stat&) {
+                          if (!self->current(gen)) {
+                            if (s.ok()) self->superseded(created);
+                            return;
+                          }
+                          if (s.ok()) {
+                            {
+                              std::lock_guard lock(self->mu);
+                              self->node = created;
+                            }
+                            self->check(gen);
+                          } else {
+                            // A create lost to a connection drop may still have
+                            // happened: check() finds our node again by its GUID.
+                            self->log->warn("leader election: creating the candidate node failed: {}",
+                                            errc_name(s.code()));
+                            self->check(gen);
+                          }
+                        });
   }
 
   // A candidate created for an entry that is no longer current. Never
@@ -145,13 +145,13 @@ struct LeaderElection::Core : std::enable_shared_from_this<LeaderElection::Core>
       ours = !stopped && created.find(guid) != std::string::npos;
     }
     if (ours) check(gen);
-    else client.remove(created, -1, [](Status) {});
+    else client.remove_async(created, -1, [](Status) {});
   }
 
   // Lists the candidates, reads the czxids their order needs, and decides.
   void check(std::uint64_t gen) {
     auto self = shared_from_this();
-    client.get_children(opt.dir, {}, [self, gen](Status s, std::vector<std::string> names) {
+    client.children_async(opt.dir, {}, [self, gen](Status s, std::vector<std::string> names) {
       if (!self->current(gen)) return;
       if (s.is(Errc::no_node)) {  // the directory itself is gone: make it again
         self->enter(false);
@@ -184,7 +184,7 @@ struct LeaderElection::Core : std::enable_shared_from_this<LeaderElection::Core>
     for (auto i : needed) paths.push_back(opt.dir + "/" + reads->cands[i].name);
     auto self = shared_from_this();
     for (std::size_t k = 0; k < needed.size(); ++k) {
-      client.exists(paths[k], {}, [self, gen, reads, i = needed[k]](Status st, const Stat& stat) {
+      client.stat_async(paths[k], {}, [self, gen, reads, i = needed[k]](Status st, const Stat& stat) {
         std::vector<model::ElectionCandidate> done;
         std::optional<Status> failure;
         {
@@ -228,7 +228,7 @@ struct LeaderElection::Core : std::enable_shared_from_this<LeaderElection::Core>
     }
     for (const auto& extra : extras) {
       log->info("leader election: deleting {}, an extra candidate of ours", extra);
-      client.remove(extra, -1, [](Status) {});
+      client.remove_async(extra, -1, [](Status) {});
     }
     if (!mine) {
       log->warn("leader election: our candidate node is gone; entering again");
@@ -243,7 +243,7 @@ struct LeaderElection::Core : std::enable_shared_from_this<LeaderElection::Core>
     const auto pred = opt.dir + "/" + cands[*mine - 1].name;
     std::weak_ptr<Core> weak = shared_from_this();
     auto self = shared_from_this();
-    client.exists(
+    client.stat_async(
         pred,
         [weak, gen](const WatchEvent&) {
           if (auto core = weak.lock(); core && core->current(gen)) core->check(gen);
@@ -286,7 +286,7 @@ void LeaderElection::stop(std::chrono::milliseconds timeout) {
   if (!node) return;
   auto done = std::make_shared<std::promise<Status>>();
   auto fut = done->get_future();
-  core_->client.remove(*node, -1, [done](Status s) { done->set_value(s); });
+  core_->client.remove_async(*node, -1, [done](Status s) { done->set_value(s); });
   if (fut.wait_for(timeout) != std::future_status::ready) {
     core_->log->warn("leader election: deleting {} timed out; it vanishes with the session", *node);
   } else if (const auto s = fut.get(); !s.ok() && !s.is(Errc::no_node)) {

@@ -145,19 +145,19 @@ struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
             if (auto core = weak.lock()) core->on_dir_watch(path, gen);
           };
         }
-        client.get_children(w.path, std::move(watcher),
-                            [self, w](Status s, std::vector<std::string> children) {
-                              self->on_list(w, s, std::move(children));
-                            });
+        client.children_async(w.path, std::move(watcher),
+                              [self, w](Status s, std::vector<std::string> children) {
+                                self->on_list(w, s, std::move(children));
+                              });
         break;
       }
       case Work::get:
-        client.get(w.path, {}, [self, w](Status s, std::string data, const Stat& st) {
+        client.get_async(w.path, {}, [self, w](Status s, std::string data, const Stat& st) {
           self->on_get(w, s, data, st);
         });
         break;
       case Work::watch_root:
-        client.exists(
+        client.stat_async(
             w.path,
             [weak, gen](const WatchEvent&) {
               if (auto core = weak.lock()) core->on_root_watch(gen);

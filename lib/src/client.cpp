@@ -1,5 +1,5 @@
-// zklock::Client's public surface: forwarding to Impl, synchronous
-// conveniences built on the async operations, and input validation.
+// zklock::Client's public surface: forwarding to Impl, the synchronous twins
+// of the async operations, and input validation.
 #include "zklock/client.hpp"
 
 #include <sys/syscall.h>
@@ -155,61 +155,104 @@ std::string Client::default_owner() const {
 
 void Client::post(std::function<void()> fn) { impl_->post_user(std::move(fn)); }
 
-void Client::create(std::string path, std::string data, CreateMode mode,
-                    std::function<void(Status, const std::string&, const Stat&)> done) {
+void Client::create_async(std::string path, std::string data, CreateMode mode,
+                          std::function<void(Status, const std::string&, const Stat&)> done) {
   impl_->create(std::move(path), std::move(data), mode, std::move(done));
 }
-void Client::get_children(std::string path, Watcher watch,
-                          std::function<void(Status, std::vector<std::string>)> done) {
-  impl_->get_children(std::move(path), std::move(watch), std::move(done));
-}
-void Client::exists(std::string path, Watcher watch, std::function<void(Status, const Stat&)> done) {
-  impl_->exists(std::move(path), std::move(watch), std::move(done));
-}
-void Client::get(std::string path, Watcher watch, std::function<void(Status, std::string, const Stat&)> done) {
+void Client::get_async(std::string path, Watcher watch, std::function<void(Status, std::string, const Stat&)> done) {
   impl_->get(std::move(path), std::move(watch), std::move(done));
 }
-void Client::set_data(std::string path, std::string data, int version,
-                      std::function<void(Status, const Stat&)> done) {
+void Client::children_async(std::string path, Watcher watch,
+                            std::function<void(Status, std::vector<std::string>)> done) {
+  impl_->get_children(std::move(path), std::move(watch), std::move(done));
+}
+void Client::stat_async(std::string path, Watcher watch, std::function<void(Status, const Stat&)> done) {
+  impl_->exists(std::move(path), std::move(watch), std::move(done));
+}
+void Client::set_data_async(std::string path, std::string data, int version,
+                            std::function<void(Status, const Stat&)> done) {
   impl_->set_data(std::move(path), std::move(data), version, std::move(done));
 }
-void Client::remove(std::string path, int version, std::function<void(Status)> done) {
+void Client::remove_async(std::string path, int version, std::function<void(Status)> done) {
   impl_->remove(std::move(path), version, std::move(done));
 }
-void Client::multi(std::vector<Op> ops, std::function<void(Status, std::vector<OpResult>)> done) {
+void Client::multi_async(std::vector<Op> ops, std::function<void(Status, std::vector<OpResult>)> done) {
   impl_->multi(std::move(ops), std::move(done));
 }
 void Client::ensemble_id_async(std::function<void(Status, const std::string&)> done) {
   impl_->ensemble_id_async(std::move(done));
 }
 
+// --- synchronous forms: one asynchronous call, waited for ---
+
 namespace {
+
 void refuse_in_callback(const char* what) {
   if (Client::Impl::in_callback()) {
     throw Error(Errc::invalid_state, std::string("zklock::Client::") + what +
                                          " is synchronous and cannot run inside a zklock callback");
   }
 }
+
+// Issues one asynchronous operation through `issue(done)` and waits for its
+// answer: a tuple of the Status and the callback's other arguments (decayed).
+// Refuses inside a callback: the answer would need the very thread that waits.
+// The promise is shared with the callback, which may still be returning from
+// set_value when the caller has its answer and leaves.
+template <class... Args, class Issue>
+auto call_and_wait(const char* what, Issue&& issue) {
+  refuse_in_callback(what);
+  using Result = std::tuple<Status, std::decay_t<Args>...>;
+  auto p = std::make_shared<std::promise<Result>>();
+  auto f = p->get_future();
+  issue([p](Status st, Args... args) { p->set_value(Result{st, std::forward<Args>(args)...}); });
+  return f.get();
+}
+
+// True when ok; false for a missing node when `missing_ok` (the try_ forms);
+// throws every other failure.
+bool answered(const Status& st, bool missing_ok, const std::string& context) {
+  if (st.ok()) return true;
+  if (missing_ok && st.is(Errc::no_node)) return false;
+  throw st.error(context);
+}
+
+std::optional<std::string> read_data(Client::Impl& impl, const std::string& path, Stat* stat, bool missing_ok) {
+  auto [st, data, s] = call_and_wait<std::string, const Stat&>(
+      "get", [&](auto done) { impl.get(path, nullptr, std::move(done)); });
+  if (!answered(st, missing_ok, "reading " + path)) return std::nullopt;
+  if (stat) *stat = s;
+  return std::move(data);
+}
+
+std::optional<std::vector<std::string>> list(Client::Impl& impl, const std::string& path, bool missing_ok) {
+  auto [st, names] = call_and_wait<std::vector<std::string>>(
+      "children", [&](auto done) { impl.get_children(path, nullptr, std::move(done)); });
+  if (!answered(st, missing_ok, "listing " + path)) return std::nullopt;
+  return std::move(names);
+}
+
+std::optional<Stat> read_stat(Client::Impl& impl, const std::string& path, bool missing_ok) {
+  auto [st, s] = call_and_wait<const Stat&>("stat", [&](auto done) { impl.exists(path, nullptr, std::move(done)); });
+  if (!answered(st, missing_ok, "stat " + path)) return std::nullopt;
+  return s;
+}
+
 }  // namespace
 
-std::string Client::ensemble_id() {
-  refuse_in_callback("ensemble_id");
-  std::promise<std::pair<Status, std::string>> p;
-  auto f = p.get_future();
-  impl_->ensemble_id_async([&p](Status st, const std::string& id) { p.set_value({st, id}); });
-  auto [st, id] = f.get();
-  if (!st.ok()) throw st.error("reading the ensemble id at /zklock/ensemble-id");
-  return id;
+std::string Client::create(const std::string& path, std::string data, CreateMode mode) {
+  auto [st, created, s] = call_and_wait<const std::string&, const Stat&>(
+      "create", [&](auto done) { impl_->create(path, std::move(data), mode, std::move(done)); });
+  answered(st, false, "creating " + path);
+  return created;
 }
 
 void Client::ensure_path(const std::string& path, CreateMode parent_mode) {
   refuse_in_callback("ensure_path");
   if (path.empty() || path == "/") return;
   auto try_create = [&](const std::string& p) {
-    std::promise<Status> pr;
-    auto f = pr.get_future();
-    impl_->create(p, "", parent_mode, [&pr](Status st, const std::string&, const Stat&) { pr.set_value(st); });
-    return f.get();
+    return std::get<0>(call_and_wait<const std::string&, const Stat&>(
+        "ensure_path", [&](auto done) { impl_->create(p, "", parent_mode, std::move(done)); }));
   };
   Status st = try_create(path);
   if (st.ok() || st.is(Errc::node_exists)) return;
@@ -219,37 +262,49 @@ void Client::ensure_path(const std::string& path, CreateMode parent_mode) {
   if (!st.ok() && !st.is(Errc::node_exists)) throw st.error("creating " + path);
 }
 
-std::optional<std::string> Client::get_data(const std::string& path, Stat* stat) {
-  refuse_in_callback("get_data");
-  std::promise<std::tuple<Status, std::string, Stat>> p;
-  auto f = p.get_future();
-  impl_->get(path, nullptr, [&p](Status st, std::string data, const Stat& s) { p.set_value({st, std::move(data), s}); });
-  auto [st, data, s] = f.get();
-  if (st.is(Errc::no_node)) return std::nullopt;
-  if (!st.ok()) throw st.error("reading " + path);
-  if (stat) *stat = s;
-  return data;
+std::string Client::get(const std::string& path, Stat* stat) { return *read_data(*impl_, path, stat, false); }
+std::optional<std::string> Client::try_get(const std::string& path, Stat* stat) {
+  return read_data(*impl_, path, stat, true);
 }
-
-std::vector<std::string> Client::children(const std::string& path) {
-  refuse_in_callback("children");
-  std::promise<std::pair<Status, std::vector<std::string>>> p;
-  auto f = p.get_future();
-  impl_->get_children(path, nullptr, [&p](Status st, std::vector<std::string> c) { p.set_value({st, std::move(c)}); });
-  auto [st, names] = f.get();
-  if (!st.ok()) throw st.error("listing " + path);
-  return names;
+std::vector<std::string> Client::children(const std::string& path) { return *list(*impl_, path, false); }
+std::optional<std::vector<std::string>> Client::try_children(const std::string& path) {
+  return list(*impl_, path, true);
 }
+Stat Client::stat(const std::string& path) { return *read_stat(*impl_, path, false); }
+std::optional<Stat> Client::try_stat(const std::string& path) { return read_stat(*impl_, path, true); }
 
-std::optional<Stat> Client::stat(const std::string& path) {
-  refuse_in_callback("stat");
-  std::promise<std::pair<Status, Stat>> p;
-  auto f = p.get_future();
-  impl_->exists(path, nullptr, [&p](Status st, const Stat& s) { p.set_value({st, s}); });
-  auto [st, s] = f.get();
-  if (st.is(Errc::no_node)) return std::nullopt;
-  if (!st.ok()) throw st.error("stat " + path);
+Stat Client::set_data(const std::string& path, std::string data, int version) {
+  auto [st, s] = call_and_wait<const Stat&>(
+      "set_data", [&](auto done) { impl_->set_data(path, std::move(data), version, std::move(done)); });
+  answered(st, false, "writing " + path);
   return s;
+}
+
+void Client::remove(const std::string& path, int version) {
+  auto [st] = call_and_wait<>("remove", [&](auto done) { impl_->remove(path, version, std::move(done)); });
+  answered(st, false, "deleting " + path);
+}
+
+std::vector<OpResult> Client::multi(std::vector<Op> ops) {
+  std::vector<std::string> paths;  // for the message: ops move into the request
+  for (const auto& op : ops) paths.push_back(op.path);
+  auto [st, results] = call_and_wait<std::vector<OpResult>>(
+      "multi", [&](auto done) { impl_->multi(std::move(ops), std::move(done)); });
+  if (st.ok()) return std::move(results);
+  for (std::size_t i = 0; i < results.size() && i < paths.size(); ++i) {
+    const auto& r = results[i].status;
+    if (!r.ok() && !r.is(Errc::runtime_inconsistency)) {
+      throw r.error("multi: op " + std::to_string(i) + " on " + paths[i]);
+    }
+  }
+  throw st.error("multi of " + std::to_string(paths.size()) + " ops");
+}
+
+std::string Client::ensemble_id() {
+  auto [st, id] = call_and_wait<const std::string&>(
+      "ensemble_id", [&](auto done) { impl_->ensemble_id_async(std::move(done)); });
+  answered(st, false, "reading the ensemble id at /zklock/ensemble-id");
+  return id;
 }
 
 }  // namespace zklock

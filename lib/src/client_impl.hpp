@@ -234,3 +234,13 @@ struct Client::Impl {
 };
 
 }  // namespace zklock
+
+namespace zklock::detail {
+
+// How zklock's recipes reach a Client's implementation: Client befriends this
+// type, so the public header needs no accessor a user could call.
+struct ClientAccess {
+  static const std::shared_ptr<Client::Impl>& impl(const Client& c) noexcept { return c.impl_; }
+};
+
+}  // namespace zklock::detail

@@ -41,7 +41,8 @@ std::string owner_for(const Client& client, const AcquireOptions& o) {
 }
 
 LockAttempt::LockAttempt(Client& client, AttemptRequest request, Done done)
-    : client_(&client), impl_(client.impl().get()), impl_ref_(client.impl()), req_(std::move(request)), done_(std::move(done)) {
+    : client_(&client), impl_(ClientAccess::impl(client).get()), impl_ref_(ClientAccess::impl(client)),
+      req_(std::move(request)), done_(std::move(done)) {
   owner_ = owner_for(client, req_.options);
   guid_ = new_guid();
   NodeData d;
@@ -298,7 +299,7 @@ std::optional<Lease> take_lease_unless_timeout(AcquireResult result) {
 }
 
 void start_async(Client& client, AttemptRequest request, AcquireCallback done) {
-  auto impl = client.impl();
+  auto impl = ClientAccess::impl(client);
   LockAttempt::start(client, std::move(request), [impl, done = std::move(done)](AcquireResult r) mutable {
     auto shared = std::make_shared<AcquireResult>(std::move(r));
     impl->post_user([done, shared]() mutable { done(std::move(*shared)); });

@@ -218,7 +218,7 @@ struct RevokeCall : std::enable_shared_from_this<RevokeCall> {
       done(std::move(r));
       return;
     }
-    client.multi(std::move(ops), [self = shared_from_this()](Status s, std::vector<OpResult> results) {
+    client.multi_async(std::move(ops), [self = shared_from_this()](Status s, std::vector<OpResult> results) {
       self->on_multi(s, results);
     });
   }
@@ -238,17 +238,17 @@ struct RevokeCall : std::enable_shared_from_this<RevokeCall> {
   }
 
   void create_parent(std::string path, std::function<void()> next) {
-    client.create(std::move(path), "", CreateMode::persistent,
-                  [self = shared_from_this(), next = std::move(next)](Status s, const std::string&, const Stat&) {
-                    if (s.ok() || s.is(Errc::node_exists)) {
-                      next();
-                      return;
-                    }
-                    RevokeResult r;
-                    r.status = s;
-                    r.detail = "creating the records' parent: " + std::string(errc_name(s.code()));
-                    self->done(std::move(r));
-                  });
+    client.create_async(std::move(path), "", CreateMode::persistent,
+                        [self = shared_from_this(), next = std::move(next)](Status s, const std::string&, const Stat&) {
+                          if (s.ok() || s.is(Errc::node_exists)) {
+                            next();
+                            return;
+                          }
+                          RevokeResult r;
+                          r.status = s;
+                          r.detail = "creating the records' parent: " + std::string(errc_name(s.code()));
+                          self->done(std::move(r));
+                        });
   }
 };
 
@@ -279,28 +279,24 @@ RevokeResult revoke(Client& client, const RevocationRequest& request, std::chron
 
 std::optional<RevocationRecord> read_revocation_record(Client& client, std::string_view node_path) {
   try {
-    auto data = client.get_data(revocation_record_path(node_path));
+    auto data = client.try_get(revocation_record_path(node_path));
     if (!data) return std::nullopt;
     return decode_revocation_record(*data);
   } catch (const Error& e) {
-    if (e.code() == Errc::no_node || e.code() == Errc::no_auth) return std::nullopt;
+    if (e.code() == Errc::no_auth) return std::nullopt;
     throw;
   }
 }
 
 std::size_t prune_revocation_records(Client& client, std::size_t keep) {
-  std::vector<std::string> names;
-  try {
-    names = client.children(std::string(kRevocationsPath));
-  } catch (const Error& e) {
-    if (e.code() == Errc::no_node) return 0;
-    throw;
-  }
+  const auto listed = client.try_children(std::string(kRevocationsPath));
+  if (!listed) return 0;
+  const auto& names = *listed;
   if (names.size() <= keep) return 0;
   std::vector<std::pair<std::int64_t, std::string>> by_age;
   for (const auto& n : names) {
     const auto path = std::string(kRevocationsPath) + "/" + n;
-    if (auto st = client.stat(path)) by_age.emplace_back(st->czxid, path);
+    if (auto st = client.try_stat(path)) by_age.emplace_back(st->czxid, path);
   }
   if (by_age.size() <= keep) return 0;
   std::sort(by_age.begin(), by_age.end());
@@ -314,7 +310,7 @@ std::size_t prune_revocation_records(Client& client, std::size_t keep) {
   auto latch = std::make_shared<Latch>();
   latch->pending = by_age.size();
   for (const auto& [czxid, path] : by_age) {
-    client.remove(path, -1, [latch](Status s) {
+    client.remove_async(path, -1, [latch](Status s) {
       std::lock_guard lock(latch->mu);
       if (s.ok()) ++latch->deleted;
       if (--latch->pending == 0) latch->cv.notify_all();

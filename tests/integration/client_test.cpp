@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -127,8 +128,8 @@ TEST(Client, SyncConveniencesAndErrors) {
   Client c({.connect = test::shared_server().connect_string()});
   const auto base = test::unique_path("client");
   c.ensure_path(base + "/a/b", CreateMode::persistent);
-  EXPECT_TRUE(c.stat(base + "/a/b"));
-  EXPECT_FALSE(c.get_data(base + "/missing"));
+  EXPECT_TRUE(c.try_stat(base + "/a/b"));
+  EXPECT_FALSE(c.try_get(base + "/missing"));
   EXPECT_EQ(c.children(base), std::vector<std::string>{"a"});
   try {
     c.children(base + "/missing");
@@ -137,6 +138,67 @@ TEST(Client, SyncConveniencesAndErrors) {
     EXPECT_EQ(e.code(), Errc::no_node);
     EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos);
   }
+}
+
+Errc code_of(auto&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  ADD_FAILURE() << "no Error thrown";
+  return Errc::unknown_zk_error;
+}
+
+// Each operation's synchronous twin; the try_ forms answer nothing for a
+// missing node and only for it; synchronous forms refuse inside a callback.
+TEST(Client, SyncTwinsAndTryForms) {
+  Client c({.connect = test::shared_server().connect_string()});
+  const auto base = test::unique_path("twins");
+  c.ensure_path(base, CreateMode::persistent);
+  const auto node = c.create(base + "/n", "v1");
+  EXPECT_EQ(node, base + "/n");
+  EXPECT_NE(c.create(base + "/s-", "", CreateMode::persistent_sequential), base + "/s-");
+  Stat st;
+  EXPECT_EQ(c.get(node, &st), "v1");
+  EXPECT_EQ(c.set_data(node, "v2", st.version).version, st.version + 1);
+  EXPECT_EQ(c.try_get(node).value_or(""), "v2");
+  EXPECT_EQ(code_of([&] { c.set_data(node, "v3", st.version); }), Errc::bad_version);
+  EXPECT_EQ(c.stat(node).data_length, 2);
+
+  const auto missing = base + "/missing";
+  for (auto read : std::vector<std::function<void()>>{[&] { c.get(missing); }, [&] { c.children(missing); },
+                                                      [&] { c.stat(missing); }, [&] { c.remove(missing); }}) {
+    try {
+      read();
+      ADD_FAILURE() << "no Error for a missing node";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::no_node);
+      EXPECT_EQ(e.zk_code(), -101);  // ZNONODE: the same pair a Status carries
+    }
+  }
+  EXPECT_FALSE(c.try_get(missing));
+  EXPECT_FALSE(c.try_children(missing));
+  EXPECT_FALSE(c.try_stat(missing));
+  EXPECT_EQ(code_of([&] { c.try_get("not-absolute"); }), Errc::bad_arguments) << "only no_node is nothing";
+
+  const auto results = c.multi({Op::create(base + "/m", "x"), Op::check(node)});
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].created_path, base + "/m");
+  try {
+    c.multi({Op::check(node), Op::check(missing), Op::create(base + "/m2", "")});
+    ADD_FAILURE() << "a failing multi did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::no_node);
+    EXPECT_NE(std::string(e.what()).find("op 1 on " + missing), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(c.try_stat(base + "/m2")) << "all or nothing";
+  c.remove(node);
+  EXPECT_FALSE(c.try_stat(node));
+
+  std::promise<Errc> refused;
+  c.stat_async(base, nullptr, [&](Status, const Stat&) { refused.set_value(code_of([&] { c.get(base); })); });
+  EXPECT_EQ(refused.get_future().get(), Errc::invalid_state);
 }
 
 TEST(Client, MalformedConnectStringIsRejectedUpFront) {
@@ -192,8 +254,8 @@ TEST(Client, DestroyWithPendingOperationsAndWatchesIsSafe) {
     Client c({.connect = test::shared_server().connect_string()});
     c.ensure_path(base, CreateMode::persistent);
     for (int i = 0; i < 200; ++i) {
-      c.exists(base + "/never", [](const WatchEvent&) {}, [&](Status, const Stat&) { ++completions; });
-      c.get_children(base, [](const WatchEvent&) {}, [&](Status, std::vector<std::string>) { ++completions; });
+      c.stat_async(base + "/never", [](const WatchEvent&) {}, [&](Status, const Stat&) { ++completions; });
+      c.children_async(base, [](const WatchEvent&) {}, [&](Status, std::vector<std::string>) { ++completions; });
     }
   }
   EXPECT_EQ(completions.load(), 400);  // every callback ran once, answered or ZCLOSING
@@ -214,8 +276,8 @@ TEST_F(ClientFailover, StopAndRestartWithinTimeoutReconnectsTheSameSession) {
   Client c({.connect = server_->connect_string(), .session_timeout = 4s});
   log.attach(c);
   const auto sid = c.session_id();
-  c.create("/eph", "", CreateMode::ephemeral, [](Status, const std::string&, const Stat&) {});
-  ASSERT_TRUE(c.stat("/eph"));
+  c.create_async("/eph", "", CreateMode::ephemeral, [](Status, const std::string&, const Stat&) {});
+  ASSERT_TRUE(c.try_stat("/eph"));
 
   const auto stopped = Clock::now();
   server_->stop();
@@ -228,7 +290,7 @@ TEST_F(ClientFailover, StopAndRestartWithinTimeoutReconnectsTheSameSession) {
   ASSERT_TRUE(log.wait_for(ConnectionState::reconnected, 10s));
   EXPECT_EQ(c.session_id(), sid);
   EXPECT_EQ(c.session_epoch(), 1u);
-  EXPECT_TRUE(c.stat("/eph"));  // the ephemeral node survived with its session
+  EXPECT_TRUE(c.try_stat("/eph"));  // the ephemeral node survived with its session
 }
 
 // A restarted server reloads its sessions with fresh timers and a resumed
@@ -242,14 +304,14 @@ TEST_F(ClientFailover, UnreachablePastTheTimeoutIsLostThenANewSession) {
   Client direct({.connect = server_->connect_string()});
   log.attach(c);
   const auto sid = c.session_id();
-  c.create("/eph2", "", CreateMode::ephemeral, [](Status, const std::string&, const Stat&) {});
-  ASSERT_TRUE(c.stat("/eph2"));
+  c.create_async("/eph2", "", CreateMode::ephemeral, [](Status, const std::string&, const Stat&) {});
+  ASSERT_TRUE(c.try_stat("/eph2"));
   proxy.refuse(true);
   proxy.cut();
   ASSERT_TRUE(log.wait_for(ConnectionState::suspended, 5s));
   // The server expires the session (and its ephemeral node) on its own.
-  test::eventually([&] { return !direct.stat("/eph2"); }, 10s);
-  ASSERT_FALSE(direct.stat("/eph2")) << "the server did not expire the unreachable session";
+  test::eventually([&] { return !direct.try_stat("/eph2"); }, 10s);
+  ASSERT_FALSE(direct.try_stat("/eph2")) << "the server did not expire the unreachable session";
   EXPECT_LE(c.valid_until(), Clock::now());  // the client's bound ran out first
   proxy.refuse(false);
   ASSERT_TRUE(log.wait_for(ConnectionState::lost, 15s));
@@ -257,7 +319,7 @@ TEST_F(ClientFailover, UnreachablePastTheTimeoutIsLostThenANewSession) {
   EXPECT_TRUE(c.wait_connected(5s));
   EXPECT_NE(c.session_id(), sid);
   EXPECT_EQ(c.session_epoch(), 2u);
-  EXPECT_FALSE(c.stat("/eph2"));
+  EXPECT_FALSE(c.try_stat("/eph2"));
 }
 
 TEST_F(ClientFailover, FrozenServerRunsOutTheValidityBoundBeforeTheSessionIsLost) {

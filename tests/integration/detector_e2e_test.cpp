@@ -375,7 +375,7 @@ std::vector<std::string> detector_args(const std::string& zk, const std::string&
 std::optional<std::string> candidate_of(Client& c, const std::string& id) {
   for (const auto& name : c.children(std::string(kElectionPath))) {
     const auto path = std::string(kElectionPath) + "/" + name;
-    if (c.get_data(path) == id) return path;
+    if (c.try_get(path) == id) return path;
   }
   return std::nullopt;
 }
@@ -617,7 +617,7 @@ TEST(DetectorE2E, ModeAllRevokesTheVictimsHeldLocksToo) {
   EXPECT_EQ(rec->mode, "all");
   EXPECT_EQ(cycle_text(*rec), cycle);
   EXPECT_TRUE(eventually([&] { return !b.leases()[1].valid(); }, 10s)) << "bob's lone lease is still valid";
-  EXPECT_FALSE(ca.stat(lone_node).has_value());
+  EXPECT_FALSE(ca.try_stat(lone_node).has_value());
   const auto lone_rec = read_revocation_record(ca, lone_node);
   ASSERT_TRUE(lone_rec) << "no record for the node bob held alone " << lone_node;
   EXPECT_EQ(lone_rec->mode, "all");
@@ -834,12 +834,12 @@ TEST(DetectorE2E, WithDigestAuthAndAclsStrangersCannotTouchLocksOrForgeRecordsBu
   // ...nor create a node under a lock parent directly, nor list it...
   const auto forged_name = lock_node_prefix(Mode::exclusive, owner_key("mallory"), new_guid());
   EXPECT_TRUE(async_status([&](auto done) {
-                stranger.create(x + "/" + forged_name, "", CreateMode::ephemeral_sequential,
-                                [done](Status s, const std::string&, const Stat&) { done(s); });
+                stranger.create_async(x + "/" + forged_name, "", CreateMode::ephemeral_sequential,
+                                      [done](Status s, const std::string&, const Stat&) { done(s); });
               }).is(Errc::no_auth));
   EXPECT_EQ(code([&] { stranger.children(x); }), Errc::no_auth);
   // ...nor delete alice's node...
-  EXPECT_TRUE(async_status([&](auto done) { stranger.remove(alice_node, -1, done); }).is(Errc::no_auth));
+  EXPECT_TRUE(async_status([&](auto done) { stranger.remove_async(alice_node, -1, done); }).is(Errc::no_auth));
   // ...nor revoke it the way the detector does...
   RevocationRequest req;
   req.victims = {{alice_node, "alice", 0}};
@@ -857,18 +857,19 @@ TEST(DetectorE2E, WithDigestAuthAndAclsStrangersCannotTouchLocksOrForgeRecordsBu
   fake.detector = "mallory";
   for (Client* c : {&stranger, &cb2}) {
     EXPECT_TRUE(async_status([&](auto done) {
-                  c->create(revocation_record_path(alice_node), encode_revocation_record(fake),
-                            CreateMode::persistent, [done](Status s, const std::string&, const Stat&) { done(s); });
+                  c->create_async(revocation_record_path(alice_node), encode_revocation_record(fake),
+                                  CreateMode::persistent,
+                                  [done](Status s, const std::string&, const Stat&) { done(s); });
                 }).is(Errc::no_auth));
   }
   // An inspector reads but cannot create.
   EXPECT_EQ(look.children(x).size(), 1u);
   EXPECT_TRUE(async_status([&](auto done) {
-                look.create(x + "/" + forged_name, "", CreateMode::ephemeral_sequential,
-                            [done](Status s, const std::string&, const Stat&) { done(s); });
+                look.create_async(x + "/" + forged_name, "", CreateMode::ephemeral_sequential,
+                                  [done](Status s, const std::string&, const Stat&) { done(s); });
               }).is(Errc::no_auth));
-  EXPECT_TRUE(ca.stat(alice_node)) << "alice's node survived every attempt";
-  EXPECT_FALSE(ca.stat(revocation_record_path(alice_node)));
+  EXPECT_TRUE(ca.try_stat(alice_node)) << "alice's node survived every attempt";
+  EXPECT_FALSE(ca.try_stat(revocation_record_path(alice_node)));
 
   // The detector, authenticated, does revoke a real deadlock.
   b.hold(y);
@@ -890,7 +891,7 @@ TEST(DetectorE2E, WithDigestAuthAndAclsStrangersCannotTouchLocksOrForgeRecordsBu
   // parent only). Alice's lease hears about it at once.
   auto lost = std::make_shared<std::promise<std::string>>();
   a.leases()[0].on_lost([lost](LossReason, const std::string& d) { lost->set_value(d); });
-  EXPECT_TRUE(async_status([&](auto done) { cb2.remove(alice_node, -1, done); }).ok());
+  EXPECT_TRUE(async_status([&](auto done) { cb2.remove_async(alice_node, -1, done); }).ok());
   auto f = lost->get_future();
   ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
   EXPECT_NE(f.get().find("no revocation record"), std::string::npos);
@@ -965,7 +966,7 @@ TEST(DetectorE2E, SurvivesItsOwnSessionExpiryAndReMirrors) {
   relay.refuse(true);  // partition: refuse new connections, cut the open ones
   relay.cut();
   const auto cut = Clock::now();
-  ASSERT_TRUE(eventually([&] { return !admin.stat(candidate); }, 15s)) << "the server never expired the detector";
+  ASSERT_TRUE(eventually([&] { return !admin.try_stat(candidate); }, 15s)) << "the server never expired the detector";
   std::printf("[ expiry   ] the server expired the partitioned detector's session after %.3f s\n",
               secs(Clock::now() - cut));
 
@@ -1028,8 +1029,8 @@ TEST(DetectorE2E, TheLeaderPrunesRevocationRecordsToTheNewestN) {
     r.reason = "seeded record " + std::to_string(i);
     const auto path = revocation_record_path(r.victim_node);
     std::promise<Status> p;
-    admin.create(path, encode_revocation_record(r), CreateMode::persistent,
-                 [&p](Status s, const std::string&, const Stat&) { p.set_value(s); });
+    admin.create_async(path, encode_revocation_record(r), CreateMode::persistent,
+                       [&p](Status s, const std::string&, const Stat&) { p.set_value(s); });
     ASSERT_TRUE(p.get_future().get().ok());
     seeded.push_back(path.substr(std::string(kRevocationsPath).size() + 1));
   }

@@ -39,8 +39,8 @@ class Owner {
     NodeData d{id_, "testhost", 1, mode, priority_, ""};
     const auto prefix = lock + "/" + lock_node_prefix(mode, owner_key(id_), new_guid());
     std::promise<std::pair<Status, std::string>> p;
-    client_.create(prefix, encode_node_data(d), CreateMode::ephemeral_sequential,
-                   [&p](Status s, const std::string& path, const Stat&) { p.set_value({s, path}); });
+    client_.create_async(prefix, encode_node_data(d), CreateMode::ephemeral_sequential,
+                         [&p](Status s, const std::string& path, const Stat&) { p.set_value({s, path}); });
     auto [s, path] = p.get_future().get();
     if (!s.ok()) throw s.error("create " + prefix);
     return path;
@@ -55,11 +55,11 @@ class Owner {
   Client client_;
 };
 
-bool exists(Client& c, const std::string& path) { return c.stat(path).has_value(); }
+bool exists(Client& c, const std::string& path) { return c.try_stat(path).has_value(); }
 
 void remove_node(Client& c, const std::string& path) {
   std::promise<Status> p;
-  c.remove(path, -1, [&p](Status s) { p.set_value(s); });
+  c.remove_async(path, -1, [&p](Status s) { p.set_value(s); });
   ASSERT_TRUE(p.get_future().get().ok()) << path;
 }
 
@@ -334,8 +334,9 @@ TEST(Detector, BadInputIsSkippedAndTheCycleStillFound) {
   // A foreign child, a foreign sequential node, and a zklock-named node with garbage data.
   a.client().ensure_path(root + "/x/not-a-lock-node", CreateMode::persistent);
   std::promise<Status> p;
-  a.client().create(root + "/x/" + lock_node_prefix(Mode::shared, owner_key("Z"), new_guid()), "{garbage",
-                    CreateMode::ephemeral_sequential, [&p](Status s, const std::string&, const Stat&) { p.set_value(s); });
+  a.client().create_async(root + "/x/" + lock_node_prefix(Mode::shared, owner_key("Z"), new_guid()), "{garbage",
+                          CreateMode::ephemeral_sequential,
+                          [&p](Status s, const std::string&, const Stat&) { p.set_value(s); });
   ASSERT_TRUE(p.get_future().get().ok());
   plant_two_cycle(a, b, root);
   const auto cfg = config(root);
@@ -450,7 +451,7 @@ TEST(Detector, ACycleThroughAnIdleRetainedNodeDissolvesAndIsNeverRevoked) {
   Lease a_first = ax.acquire(as("A"));
   const auto a_x = a_first.node_path();
   a_first.release();
-  ASSERT_TRUE(ca.stat(a_x)) << "A's node on X stays, idle retained";
+  ASSERT_TRUE(ca.try_stat(a_x)) << "A's node on X stays, idle retained";
 
   Lease b_y = by.acquire(as("B"));
   Pending a_on_y;
@@ -470,7 +471,7 @@ TEST(Detector, ACycleThroughAnIdleRetainedNodeDissolvesAndIsNeverRevoked) {
   auto bx_result = b_on_x.result.get();
   ASSERT_FALSE(bx_result.error) << bx_result.error->what();
   const auto b_x = bx_result.lease.node_path();
-  EXPECT_FALSE(ca.stat(a_x)) << "A's retained node was released for real";
+  EXPECT_FALSE(ca.try_stat(a_x)) << "A's retained node was released for real";
   std::printf("[ detector ] B granted X %.1f ms after queueing behind A's idle retained node (min-wait %lld ms)\n",
               granted_ms, static_cast<long long>(cfg.min_wait.count()));
   EXPECT_LT(granted_ms, static_cast<double>(cfg.min_wait.count())) << "the cycle outlived min-wait";
@@ -496,7 +497,7 @@ TEST(Detector, ACycleThroughAnIdleRetainedNodeDissolvesAndIsNeverRevoked) {
     auto early = a_on_y.result.get();
     FAIL() << "A's wait on Y ended while B holds Y: " << (early.error ? early.error->what() : "granted");
   }
-  EXPECT_TRUE(ca.stat(a_y));
+  EXPECT_TRUE(ca.try_stat(a_y));
 
   // B finishes; A is granted Y (not a deadlock victim).
   b_y.release();

@@ -39,7 +39,7 @@ TEST(FairMutex, UncontendedAcquireAndRelease) {
     ASSERT_TRUE(parsed);
     EXPECT_EQ(parsed->mode, Mode::exclusive);
     EXPECT_EQ(parsed->owner_key, owner_key(l.owner()));
-    auto data = c.get_data(l.node_path());
+    auto data = c.try_get(l.node_path());
     ASSERT_TRUE(data);
     auto nd = decode_node_data(*data);
     ASSERT_TRUE(nd);
@@ -49,7 +49,7 @@ TEST(FairMutex, UncontendedAcquireAndRelease) {
     l.release();  // idempotent
     EXPECT_FALSE(l.valid());
     EXPECT_TRUE(c.children(path).empty());
-    EXPECT_EQ(c.get_data(path).value_or(""), name);  // the hand-off marker
+    EXPECT_EQ(c.try_get(path).value_or(""), name);  // the hand-off marker
   }
   Lease again = m.acquire();
   EXPECT_TRUE(again.token() > first);
@@ -78,7 +78,7 @@ TEST(FairMutex, ReleaseAsyncReturnsAtOnceAndHandsOn) {
   auto wr = wf.get();
   ASSERT_FALSE(wr.error) << wr.error->what();
   EXPECT_TRUE(wr.lease.token() > l.token());
-  EXPECT_EQ(c.get_data(path).value_or(""), name) << "the hand-off marker names the released node";
+  EXPECT_EQ(c.try_get(path).value_or(""), name) << "the hand-off marker names the released node";
   EXPECT_EQ(c.children(path).size(), 1u);
 
   // Already released, and a lease that holds nothing: the callback still runs once.
@@ -159,7 +159,7 @@ TEST(FairMutex, LoneWaiterIsGrantedWhenTheHolderIsRevoked) {
   std::promise<AcquireResult> waiter;
   mo.acquire_async([&](AcquireResult r) { waiter.set_value(std::move(r)); }, {.owner = "waiter"});
   ASSERT_TRUE(eventually([&] { return c.children(path).size() == 2; }));
-  other.remove(holder.node_path(), -1, [](Status) {});  // no marker: as the detector or an operator would
+  other.remove_async(holder.node_path(), -1, [](Status) {});  // no marker: as the detector or an operator would
   auto wf = waiter.get_future();
   ASSERT_EQ(wf.wait_for(5s), std::future_status::ready);
   auto wr = wf.get();
@@ -252,7 +252,7 @@ TEST(FairMutex, TokensIncreaseAcrossParentDeletionAndRecreation) {
   }
   // Delete the (now empty) container parent, as the server's reaper would.
   std::promise<Status> p;
-  c.remove(path, -1, [&](Status st) { p.set_value(st); });
+  c.remove_async(path, -1, [&](Status st) { p.set_value(st); });
   ASSERT_TRUE(p.get_future().get().ok());
   Lease l = m.acquire();
   EXPECT_EQ(l.token().sequence(), 0);  // the suffix restarted...
@@ -267,7 +267,7 @@ TEST(FairMutex, ExternalDeletionIsReportedAsRevoked) {
   std::promise<std::pair<LossReason, std::string>> lost;
   l.on_lost([&](LossReason r, const std::string& d) { lost.set_value({r, d}); });
   const auto deleted = Clock::now();
-  other.remove(l.node_path(), -1, [](Status) {});
+  other.remove_async(l.node_path(), -1, [](Status) {});
   auto f = lost.get_future();
   ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
   const auto took = Clock::now() - deleted;
@@ -294,7 +294,7 @@ TEST(FairMutex, WaiterWhoseNodeIsRevokedFailsAsDeadlockVictim) {
     }
     return !waiting_node.empty();
   }));
-  other.remove(waiting_node, -1, [](Status) {});
+  other.remove_async(waiting_node, -1, [](Status) {});
   try {
     waiter.get();
     FAIL();

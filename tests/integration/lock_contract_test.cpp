@@ -271,7 +271,7 @@ TYPED_TEST(LockContract, ExternalDeletionIsReportedAsRevokedOnce) {
     if (calls.fetch_add(1) == 0) first.set_value(r);
   });
   const auto deleted = Clock::now();
-  for (const auto* m : TypeParam::members(held)) other.remove(m->node_path(), -1, [](Status) {});
+  for (const auto* m : TypeParam::members(held)) other.remove_async(m->node_path(), -1, [](Status) {});
   auto f = first.get_future();
   ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
   const auto took = Clock::now() - deleted;
@@ -494,7 +494,7 @@ TEST(ReadWrite, SharedLeaseLossIsReported) {
   Lease r = m.acquire_shared({.owner = "r"});
   std::promise<LossReason> lost;
   r.on_lost([&](LossReason why, const std::string&) { lost.set_value(why); });
-  other.remove(r.node_path(), -1, [](Status) {});
+  other.remove_async(r.node_path(), -1, [](Status) {});
   auto f = lost.get_future();
   ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
   EXPECT_EQ(f.get(), LossReason::revoked);
@@ -604,7 +604,8 @@ PairRun run_opposite_pair(Client& c, const std::string& base, const std::string&
   if (p1.read_line(20s).value_or("?") != "ready" || p2.read_line(20s).value_or("?") != "ready") return run;
   const auto start = Clock::now();
   std::promise<Status> created;
-  c.create(go, "", CreateMode::ephemeral, [&](Status st, const std::string&, const Stat&) { created.set_value(st); });
+  c.create_async(go, "", CreateMode::ephemeral,
+                 [&](Status st, const std::string&, const Stat&) { created.set_value(st); });
   if (!created.get_future().get().ok()) return run;
   run.first = p1.read_line(90s);
   run.second = p2.read_line(std::chrono::milliseconds(std::max<long long>(1000, 90000 - ms_since(start))));

@@ -70,7 +70,7 @@ std::int64_t counter(const test::Mntr& m, const char* key) {
 
 // A child's czxid, or nullopt if it does not exist.
 std::optional<std::int64_t> czxid_of(Client& c, const std::string& path) {
-  auto st = c.stat(path);
+  auto st = c.try_stat(path);
   if (!st) return std::nullopt;
   return st->czxid;
 }
@@ -229,7 +229,7 @@ DrainFigures drain(ZkServer& srv, int waiters, int sessions) {
   });
   std::set<std::pair<std::string, std::int64_t>> watch_pairs;
   for (std::size_t k = 0; k < kids.size(); ++k) {
-    const auto owner = holder_client.stat(path + "/" + kids[k])->ephemeral_owner;
+    const auto owner = holder_client.stat(path + "/" + kids[k]).ephemeral_owner;
     watch_pairs.insert({kids[k], owner});
     if (k > 0) watch_pairs.insert({kids[k - 1], owner});
   }
@@ -281,16 +281,16 @@ std::int64_t notification_bytes(ZkServer& srv, std::size_t length) {
   std::string probe = "/probe-";
   probe.resize(length, 'x');
   std::promise<void> created, fired;
-  c.create(probe, "", CreateMode::ephemeral, [&](Status st, const std::string&, const Stat&) {
+  c.create_async(probe, "", CreateMode::ephemeral, [&](Status st, const std::string&, const Stat&) {
     EXPECT_TRUE(st.ok());
     created.set_value();
   });
   created.get_future().wait();
   std::promise<void> set;
-  c.exists(probe, [&](const WatchEvent&) { fired.set_value(); }, [&](Status, const Stat&) { set.set_value(); });
+  c.stat_async(probe, [&](const WatchEvent&) { fired.set_value(); }, [&](Status, const Stat&) { set.set_value(); });
   set.get_future().wait();
   const auto before = counter(srv.mntr(), "zk_watch_bytes");
-  c.remove(probe, -1, [](Status) {});
+  c.remove_async(probe, -1, [](Status) {});
   EXPECT_EQ(fired.get_future().wait_for(5s), std::future_status::ready);
   return counter(srv.mntr(), "zk_watch_bytes") - before;
 }
@@ -530,7 +530,7 @@ TEST_F(LeaseLoss, ReleaseWhileDisconnectedCompletesWhenTheSessionReturns) {
   ASSERT_EQ(wf.wait_for(5s), std::future_status::ready);
   auto wr = wf.get();
   ASSERT_FALSE(wr.error);
-  EXPECT_EQ(direct->get_data(path).value_or(""), split_path(node).second) << "hand-off marker";
+  EXPECT_EQ(direct->try_get(path).value_or(""), split_path(node).second) << "hand-off marker";
   std::printf("[figure] release() during a 300 ms outage returned after %.0f ms; the waiter was granted\n", took);
 }
 

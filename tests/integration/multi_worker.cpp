@@ -39,10 +39,10 @@ bool wait_for_go(zklock::Client& client, const std::string& go) {
   auto appeared = std::make_shared<std::promise<void>>();
   auto once = std::make_shared<std::once_flag>();
   auto fire = [appeared, once] { std::call_once(*once, [&] { appeared->set_value(); }); };
-  client.exists(go, [fire](const zklock::WatchEvent&) { fire(); },
-                [fire](zklock::Status st, const zklock::Stat&) {
-                  if (st.ok()) fire();
-                });
+  client.stat_async(go, [fire](const zklock::WatchEvent&) { fire(); },
+                    [fire](zklock::Status st, const zklock::Stat&) {
+                      if (st.ok()) fire();
+                    });
   if (appeared->get_future().wait_for(30s) != std::future_status::ready) {
     std::printf("error no go node\n");
     return false;

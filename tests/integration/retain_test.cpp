@@ -51,7 +51,7 @@ TEST(Retain, ReTakeCostsOneWriteAndOneReadAndReleaseNothing) {
   const auto node = first.node_path();
   FencingToken last = first.token();
   first.release();
-  ASSERT_TRUE(c.stat(node)) << "a release with nobody waiting keeps the node";
+  ASSERT_TRUE(c.try_stat(node)) << "a release with nobody waiting keeps the node";
 
   constexpr int kCycles = 20;
   std::int64_t acquire_req = 0, release_req = 0, acquire_writes = 0, release_writes = 0;
@@ -179,7 +179,7 @@ TEST(Retain, AnIdleNodeDeletedByAnotherClientFallsBackToANormalAcquire) {
   const auto ta = a.token();
   a.release();
   std::promise<Status> p;
-  admin.remove(node, -1, [&p](Status s) { p.set_value(s); });
+  admin.remove_async(node, -1, [&p](Status s) { p.set_value(s); });
   ASSERT_TRUE(p.get_future().get().ok());
   Lease b = m.acquire();
   EXPECT_NE(b.node_path(), node);
@@ -229,7 +229,7 @@ TEST(Retain, ServerSideExpiryWhileRetainedFreesTheLockQuietly) {
   const auto node = a.node_path();
   const auto ta = a.token();
   a.release();
-  ASSERT_TRUE(c2.stat(node)) << "the released node is retained";
+  ASSERT_TRUE(c2.try_stat(node)) << "the released node is retained";
 
   proxy.blackhole(true);
   const auto cut = Clock::now();
@@ -238,7 +238,7 @@ TEST(Retain, ServerSideExpiryWhileRetainedFreesTheLockQuietly) {
   const auto waited = ms_since(cut);
   EXPECT_TRUE(b->valid());
   EXPECT_TRUE(b->token() > ta);
-  EXPECT_FALSE(c2.stat(node)) << "the retained node went with the session";
+  EXPECT_FALSE(c2.try_stat(node)) << "the retained node went with the session";
   EXPECT_GE(waited, 1000.0) << "granted before the server could have expired a 2 s session";
 
   proxy.blackhole(false);
@@ -262,15 +262,15 @@ TEST(Retain, AnotherOwnerEndsTheRetentionAndReadersDoNotRetain) {
   Lease a = m.acquire({.owner = "alice"});
   const auto node = a.node_path();
   a.release();
-  EXPECT_TRUE(c.stat(node));
+  EXPECT_TRUE(c.try_stat(node));
   Lease b = m.acquire({.owner = "bob"});
   EXPECT_NE(b.node_path(), node);
-  EXPECT_FALSE(c.stat(node));
+  EXPECT_FALSE(c.try_stat(node));
   b.release();
   Lease r = m.acquire_shared({.owner = "carol"});
   const auto rnode = r.node_path();
   r.release();
-  EXPECT_FALSE(c.stat(rnode)) << "a reader's release deletes its node";
+  EXPECT_FALSE(c.try_stat(rnode)) << "a reader's release deletes its node";
 }
 
 }  // namespace

@@ -131,6 +131,33 @@ struct OpResult {
   std::string created_path;  // for Kind::create
 };
 
+namespace detail {
+struct ClientAccess;  // lib/src: how zklock's recipes reach the implementation
+}
+
+// The operations. Every operation has an asynchronous form, `x_async`, and a
+// synchronous twin of the same stem, `x`:
+//
+//   create / create_async        make a node (returns the path it got)
+//   get / get_async              a node's data and Stat
+//   children / children_async    a node's child names (unordered)
+//   stat / stat_async            a node's Stat (ZooKeeper's exists())
+//   set_data / set_data_async    replace a node's data
+//   remove / remove_async        delete a node
+//   multi / multi_async          several of the above as one transaction
+//   ensemble_id / ensemble_id_async
+//
+// Asynchronous forms never throw for a ZooKeeper failure: `done` runs exactly
+// once with a Status (error.hpp) — on the C client's completion thread, or on
+// the client's timer thread for a request that could not be sent (never
+// inline in the caller). A Watcher, where taken, is one-shot (see Watcher).
+//
+// Synchronous forms wait for the answer and throw Error on any failure (its
+// code() as the Status would carry it), including Errc::no_node for a missing
+// node. They throw Errc::invalid_state when called from inside a zklock
+// callback instead of deadlocking. Where a missing node is an expected
+// answer, a `try_` form (try_get, try_stat, try_children) returns
+// std::nullopt for Errc::no_node and only for it; every other failure throws.
 class Client {
  public:
   // Connects and waits for the first session. Throws Error:
@@ -169,41 +196,61 @@ class Client {
   std::string default_owner() const;
   const std::string& owner_prefix() const noexcept;
 
-  // The ensemble's identity (docs/protocol.md): /zklock/ensemble-id, created
-  // if absent, read once per session. Synchronous form throws Error; data
-  // that is not a UUID fail with Errc::protocol_error.
-  std::string ensemble_id();
-  void ensemble_id_async(std::function<void(Status, const std::string&)> done);
-
-  // --- asynchronous operations (callbacks on the completion thread) ---
-  void create(std::string path, std::string data, CreateMode mode,
-              std::function<void(Status, const std::string& created_path, const Stat&)> done);
-  void get_children(std::string path, Watcher watch,
-                    std::function<void(Status, std::vector<std::string>)> done);
-  void exists(std::string path, Watcher watch, std::function<void(Status, const Stat&)> done);
-  void get(std::string path, Watcher watch,
-           std::function<void(Status, std::string data, const Stat&)> done);
-  void set_data(std::string path, std::string data, int version,
-                std::function<void(Status, const Stat&)> done);
-  void remove(std::string path, int version, std::function<void(Status)> done);
-  void multi(std::vector<Op> ops, std::function<void(Status, std::vector<OpResult>)> done);
-
-  // --- synchronous conveniences (throw Error; never call from a callback) ---
-  // Creates `path` and any missing ancestors (ancestors as `parent_mode`,
-  // which must be persistent or container). Existing nodes are fine.
-  void ensure_path(const std::string& path, CreateMode parent_mode = CreateMode::container);
-  std::optional<std::string> get_data(const std::string& path, Stat* stat = nullptr);
-  std::vector<std::string> children(const std::string& path);  // throws no_node if missing
-  std::optional<Stat> stat(const std::string& path);
-
   // Runs fn on the client's callback thread (user-facing notifications).
   void post(std::function<void()> fn);
 
-  // Internal: the implementation shared with zklock's recipes.
+  // --- asynchronous operations (see above) ---
+  // `data` may be empty. Sequential modes append a counter to the name:
+  // created_path is the path the node got. ACL: ClientOptions::acl.
+  void create_async(std::string path, std::string data, CreateMode mode,
+                    std::function<void(Status, const std::string& created_path, const Stat&)> done);
+  void get_async(std::string path, Watcher watch,
+                 std::function<void(Status, std::string data, const Stat&)> done);
+  // The watch, if any, fires on a child created or deleted (WatchEvent::child)
+  // or on the node's own deletion; it is set only when the node exists.
+  void children_async(std::string path, Watcher watch,
+                      std::function<void(Status, std::vector<std::string>)> done);
+  // ZooKeeper's exists(): a missing node answers Errc::no_node, and the watch,
+  // if any, is set either way (it fires when the node is created, too).
+  void stat_async(std::string path, Watcher watch, std::function<void(Status, const Stat&)> done);
+  // version -1: any version; otherwise a mismatch answers Errc::bad_version.
+  void set_data_async(std::string path, std::string data, int version,
+                      std::function<void(Status, const Stat&)> done);
+  void remove_async(std::string path, int version, std::function<void(Status)> done);
+  // All or nothing. On failure the Status is the first failing op's, and each
+  // OpResult says which op failed (the others carry ok or
+  // runtime_inconsistency, as ZooKeeper reports them).
+  void multi_async(std::vector<Op> ops, std::function<void(Status, std::vector<OpResult>)> done);
+  // The ensemble's identity (docs/protocol.md): /zklock/ensemble-id, created
+  // if absent, read once per session. Data that is not a UUID fails with
+  // Errc::protocol_error. Always answers from another thread, so `done` may
+  // take locks the caller holds.
+  void ensemble_id_async(std::function<void(Status, const std::string&)> done);
+
+  // --- synchronous operations (see above; throw Error) ---
+  std::string create(const std::string& path, std::string data = {}, CreateMode mode = CreateMode::persistent);
+  // Creates `path` and any missing ancestors (ancestors as `parent_mode`,
+  // which must be persistent or container). Existing nodes are fine.
+  void ensure_path(const std::string& path, CreateMode parent_mode = CreateMode::container);
+  std::string get(const std::string& path, Stat* stat = nullptr);
+  std::optional<std::string> try_get(const std::string& path, Stat* stat = nullptr);
+  std::vector<std::string> children(const std::string& path);
+  std::optional<std::vector<std::string>> try_children(const std::string& path);
+  Stat stat(const std::string& path);
+  std::optional<Stat> try_stat(const std::string& path);
+  Stat set_data(const std::string& path, std::string data, int version = -1);
+  void remove(const std::string& path, int version = -1);
+  // The per-op results on success; on failure throws the failing op's error,
+  // its message naming the op's index and path.
+  std::vector<OpResult> multi(std::vector<Op> ops);
+  std::string ensemble_id();
+
+  // The implementation, opaque here: zklock's recipes reach it through
+  // detail::ClientAccess (lib/src/client_impl.hpp), not through this API.
   struct Impl;
-  std::shared_ptr<Impl> impl() const noexcept { return impl_; }
 
  private:
+  friend struct detail::ClientAccess;
   std::shared_ptr<Impl> impl_;
 };
 
