@@ -41,10 +41,13 @@ Stat to_stat(const ::Stat* s) {
 }
 
 // True when the server itself produced the answer (so the session was alive
-// when the request was sent).
+// when the request was sent): not a transient or session-fatal code
+// (error.hpp), nor one the C client makes up locally (it refused to send:
+// ZINVALIDSTATE; ZSYSTEMERROR; ZSESSIONMOVED, which closes the connection).
 bool server_answered(int rc) {
-  return rc != ZCONNECTIONLOSS && rc != ZOPERATIONTIMEOUT && rc != ZSESSIONEXPIRED &&
-         rc != ZCLOSING && rc != ZINVALIDSTATE && rc != ZSESSIONMOVED && rc != ZSYSTEMERROR;
+  const Status st{rc};
+  return !is_transient(st) && !is_session_fatal(st) && !st.is(Errc::invalid_state) &&
+         !st.is(Errc::session_moved) && !st.is(Errc::system_error);
 }
 
 struct OpBase {

@@ -17,12 +17,14 @@ namespace {
 using Kind = MachineEvent::Kind;
 using Cmd = MachineCommand::Kind;
 
+// Which codes are transient and which end the session is error.hpp's
+// decision (is_transient, is_session_fatal), not the recipe's.
 Rc rc_of(const Status& st) {
   if (st.ok()) return Rc::ok;
   if (st.is(Errc::no_node)) return Rc::no_node;
   if (st.is(Errc::node_exists)) return Rc::node_exists;
-  if (st.is(Errc::connection_loss) || st.is(Errc::operation_timeout)) return Rc::connection_loss;
-  if (st.is(Errc::session_expired) || st.is(Errc::closing)) return Rc::session_expired;
+  if (is_transient(st)) return Rc::connection_loss;
+  if (is_session_fatal(st)) return Rc::session_expired;
   return Rc::error;
 }
 
