@@ -2,6 +2,7 @@
 #include "zklock/protocol/revoke.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <future>
 #include <memory>
@@ -145,13 +146,13 @@ std::vector<Op> revocation_ops(const RevocationRequest& request, std::string_vie
     RevocationRecord r = request.record;
     r.victim_node = v.node;
     r.victim_owner = v.owner;
-    r.victim_token = (v.czxid != 0 && !ensemble_id.empty())
-                         ? std::string(ensemble_id) + ":" + std::to_string(v.czxid)
+    r.victim_token = (v.token_zxid != 0 && !ensemble_id.empty())
+                         ? std::string(ensemble_id) + ":" + std::to_string(v.token_zxid)
                          : std::string();
     r.time_ms = now;
     ops.push_back(Op::create(revocation_record_path(v.node), encode_revocation_record(r)));
   }
-  for (const auto& v : request.victims) ops.push_back(Op::remove(v.node));
+  for (const auto& v : request.victims) ops.push_back(Op::remove(v.node, v.version));
   return ops;
 }
 
@@ -189,7 +190,8 @@ RevokeResult interpret_revocation(const RevocationRequest& request, Status statu
     out.detail = "create of record " + revocation_record_path(request.victims[*idx - checks].node) + ": " +
                  std::string(errc_name(code.code()));
   } else {
-    out.outcome = code.is(Errc::no_node) ? RevokeOutcome::aborted : RevokeOutcome::failed;
+    // bad_version: the victim was re-taken by its owner since its stat was read.
+    out.outcome = code.is(Errc::no_node) || code.is(Errc::bad_version) ? RevokeOutcome::aborted : RevokeOutcome::failed;
     out.detail = "delete of " + request.victims[*idx - creates].node + ": " + std::string(errc_name(code.code()));
   }
   return out;
@@ -207,6 +209,27 @@ struct RevokeCall : std::enable_shared_from_this<RevokeCall> {
 
   RevokeCall(Client& c, RevocationRequest r, std::function<void(RevokeResult)> d)
       : client(c), request(std::move(r)), done(std::move(d)) {}
+
+  // Each victim's token and version, read just before the multi (pipelined;
+  // answers arrive in order on the completion thread). A failed read keeps
+  // the caller's values: a gone victim fails the multi anyway.
+  void read_victims() {
+    if (request.victims.empty()) {
+      run_multi();
+      return;
+    }
+    auto remaining = std::make_shared<std::atomic<std::size_t>>(request.victims.size());
+    for (std::size_t i = 0; i < request.victims.size(); ++i) {
+      client.stat_async(request.victims[i].node, nullptr,
+                        [self = shared_from_this(), remaining, i](Status s, const Stat& st) {
+                          if (s.ok()) {
+                            self->request.victims[i].token_zxid = st.mzxid;
+                            self->request.victims[i].version = st.version;
+                          }
+                          if (remaining->fetch_sub(1) == 1) self->run_multi();
+                        });
+    }
+  }
 
   void run_multi() {
     std::vector<Op> ops;
@@ -260,7 +283,7 @@ void revoke_async(Client& client, RevocationRequest request, std::function<void(
     // Without the ensemble id the records carry no token; the revocation
     // itself matters more than the token in its record.
     if (s.ok()) call->ensemble = id;
-    call->run_multi();
+    call->read_victims();
   });
 }
 

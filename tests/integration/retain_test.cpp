@@ -13,6 +13,7 @@
 #include "fault_proxy.hpp"
 #include "zk_harness.hpp"
 #include "zklock/fair_mutex.hpp"
+#include "zklock/protocol/revoke.hpp"
 #include "zklock/shared_mutex.hpp"
 #include "zklock/protocol/node_name.hpp"
 
@@ -185,6 +186,37 @@ TEST(Retain, AnIdleNodeDeletedByAnotherClientFallsBackToANormalAcquire) {
   EXPECT_NE(b.node_path(), node);
   EXPECT_TRUE(b.valid());
   EXPECT_TRUE(b.token() > ta);
+}
+
+// A holder that re-took its retained node is revoked: the record names the
+// token of the re-take (the setData's zxid), not the node's creation, and
+// the lease hears of it.
+TEST(Retain, ARevokedReTakenHolderIsRecordedWithItsReTakeToken) {
+  Client c(shared_opts()), admin(shared_opts());
+  const auto path = unique_lock_path("retain-revoke-token");
+  FairMutex m(c, path, {.retain = 60s});
+  Lease a = m.acquire();
+  const auto ta = a.token();
+  a.release();
+  Lease b = m.acquire();
+  ASSERT_EQ(b.node_path(), a.node_path()) << "not a re-take";
+  ASSERT_TRUE(b.token() > ta);
+  std::promise<LossReason> lost;
+  b.on_lost([&lost](LossReason r, const std::string&) { lost.set_value(r); });
+
+  RevocationRequest req;
+  req.victims.push_back({b.node_path(), c.default_owner(), 0});
+  req.record.policy = "operator";
+  req.record.mode = "wait";
+  req.record.reason = "test";
+  const auto r = revoke(admin, req);
+  ASSERT_EQ(r.outcome, RevokeOutcome::revoked) << r.detail;
+  const auto rec = read_revocation_record(admin, b.node_path());
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->victim_token, b.token().str());
+  auto f = lost.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready) << "the re-taken lease was not told";
+  EXPECT_EQ(f.get(), LossReason::revoked);
 }
 
 // The session ends while the node is retained idle: nothing is reported

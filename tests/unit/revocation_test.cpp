@@ -110,6 +110,19 @@ TEST(Revocation, ModeAllWritesARecordPerDeletedNode) {
   EXPECT_EQ(ops[5].path, "/zklock/revocations/w_held");
   EXPECT_EQ(decode_revocation_record(ops[5].data)->victim_token, "");  // no ensemble id known
   EXPECT_EQ(ops[7].path, "/locks/z/w_held");
+  EXPECT_EQ(ops[7].version, -1);  // no version read: any
+}
+
+// A victim's token is its latest grant's zxid, and its delete expects the
+// version read with it (revoke_async fills both from one stat).
+TEST(Revocation, TheTokenAndTheDeleteFollowTheVictimsStat) {
+  auto q = request();
+  q.victims[0].token_zxid = 4242;  // a re-take's mzxid
+  q.victims[0].version = 3;
+  const auto ops = revocation_ops(q, "123e4567-e89b-12d3-a456-426614174000");
+  EXPECT_EQ(decode_revocation_record(ops[5].data)->victim_token, "123e4567-e89b-12d3-a456-426614174000:4242");
+  EXPECT_EQ(ops[6].kind, Op::Kind::remove);
+  EXPECT_EQ(ops[6].version, 3);
 }
 
 std::vector<OpResult> failed_at(std::size_t n, std::size_t idx, Errc code) {
@@ -118,6 +131,7 @@ std::vector<OpResult> failed_at(std::size_t n, std::size_t idx, Errc code) {
       case Errc::no_node: return -101;
       case Errc::node_exists: return -110;
       case Errc::no_auth: return -102;
+      case Errc::bad_version: return -103;
       default: return -2;  // ZRUNTIMEINCONSISTENCY
     }
   };
@@ -140,6 +154,9 @@ TEST(Revocation, InterpretsEveryFailure) {
   EXPECT_EQ(parent.outcome, RevokeOutcome::failed);
   EXPECT_EQ(parent.detail.rfind("create of record", 0), 0u);
   EXPECT_EQ(interpret_revocation(q, Status{-101}, failed_at(n, 6, Errc::no_node)).outcome, RevokeOutcome::aborted);
+  // The victim re-taken by its owner since revoke_async read its version.
+  EXPECT_EQ(interpret_revocation(q, Status{-103}, failed_at(n, 6, Errc::bad_version)).outcome,
+            RevokeOutcome::aborted);
   EXPECT_EQ(interpret_revocation(q, Status{-102}, failed_at(n, 6, Errc::no_auth)).outcome, RevokeOutcome::failed);
   EXPECT_EQ(interpret_revocation(q, Status{-4}, {}).outcome, RevokeOutcome::failed);  // connection loss
 }

@@ -14,7 +14,7 @@
 //
 // Record JSON (docs/protocol.md is normative):
 //   {"version":1,"victim_node":"/locks/x/w_..._0000000007","victim_owner":"host/12/3",
-//    "victim_token":"<ensemble-id>:<czxid>",
+//    "victim_token":"<ensemble-id>:<zxid of its latest grant>",
 //    "cycle":[{"owner":"A","lock":"/locks/y","node":"/locks/y/w_..."}, ...],
 //    "policy":"youngest","mode":"wait","detector":"host/99","time":1700000000123,
 //    "reason":"..."}

@@ -43,7 +43,11 @@ namespace zklock {
 struct RevocationTarget {
   std::string node;          // full path of a node to delete
   std::string owner;         // its owner id
-  std::int64_t czxid = 0;    // its czxid (for the token); 0 if unknown
+  // The zxid of the node's latest grant, for the record's token: its mzxid
+  // (a fresh node's czxid; a re-taken retained node's setData zxid). 0 if
+  // unknown. revoke_async() reads it, with `version`, just before the multi.
+  std::int64_t token_zxid = 0;
+  int version = -1;          // the delete's expected version (-1: any)
 };
 
 struct RevocationRequest {
@@ -75,8 +79,11 @@ std::vector<Op> revocation_ops(const RevocationRequest& request, std::string_vie
 RevokeResult interpret_revocation(const RevocationRequest& request, Status status,
                                   const std::vector<OpResult>& results);
 
-// Runs the revocation: reads the ensemble id, runs the multi, and when the
-// records' parent is missing creates it and retries once. `done` runs once
+// Runs the revocation: reads the ensemble id and each victim's stat (its
+// token and version: a victim re-taken after that read fails the multi's
+// versioned delete, `aborted`, rather than being revoked under a stale
+// token), runs the multi, and when the records' parent is missing creates
+// it and retries once. `done` runs once
 // on the completion thread.
 void revoke_async(Client& client, RevocationRequest request, std::function<void(RevokeResult)> done);
 // Synchronous form. If no answer comes within `timeout` the result is
