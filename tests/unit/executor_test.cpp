@@ -1,0 +1,224 @@
+// The Executor without ZooKeeper: order of timers and deferred work, cancel,
+// the callback thread, exceptions of every type caught and logged, and stop().
+#include "executor.hpp"
+
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+
+#include <algorithm>
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+#include <future>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace zklock {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = Executor::Clock;
+
+// A logger that keeps what it was told, and a thread-safe list of events.
+struct Fixture {
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
+  std::shared_ptr<spdlog::logger> log = std::make_shared<spdlog::logger>("executor-test", ring);
+  std::mutex mu;
+  std::vector<std::string> seen;
+
+  void note(std::string s) {
+    std::lock_guard lk(mu);
+    seen.push_back(std::move(s));
+  }
+  std::vector<std::string> events() {
+    std::lock_guard lk(mu);
+    return seen;
+  }
+  std::vector<std::string> logged() {
+    ring->flush();
+    return ring->last_formatted();
+  }
+};
+
+// Waits until everything queued before it on the timer thread and then on the
+// callback thread has run.
+void settle(Executor& ex) {
+  std::promise<void> timers, callbacks;
+  ex.defer([&] { timers.set_value(); });
+  timers.get_future().wait();
+  ex.post([&] { callbacks.set_value(); });
+  callbacks.get_future().wait();
+}
+
+bool contains(const std::vector<std::string>& lines, const std::string& part) {
+  for (const auto& l : lines) {
+    if (l.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(Executor, TimersRunInTimeOrderAndDeferredWorkFirstInOrder) {
+  Fixture f;
+  Executor ex(f.log);
+  ex.start();
+  std::promise<void> last;
+  const auto now = Clock::now();
+  ex.schedule_at(now + 60ms, [&] {
+    f.note("late");
+    last.set_value();
+  });
+  ex.schedule_at(now + 30ms, [&] { f.note("early"); });
+  ex.defer([&] { f.note("deferred 1"); });
+  ex.defer([&] { f.note("deferred 2"); });
+  ASSERT_EQ(last.get_future().wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(f.events(), (std::vector<std::string>{"deferred 1", "deferred 2", "early", "late"}));
+  EXPECT_GE(Clock::now(), now + 60ms);
+}
+
+TEST(Executor, DeferNeverRunsInline) {
+  Fixture f;
+  Executor ex(f.log);
+  ex.start();
+  std::promise<std::thread::id> ran_on;
+  ex.defer([&] { ran_on.set_value(std::this_thread::get_id()); });
+  auto id = ran_on.get_future();
+  ASSERT_EQ(id.wait_for(5s), std::future_status::ready);
+  EXPECT_NE(id.get(), std::this_thread::get_id());
+}
+
+TEST(Executor, CancelledTimerNeverRuns) {
+  Fixture f;
+  Executor ex(f.log);
+  ex.start();
+  const auto id = ex.schedule_at(Clock::now() + 30ms, [&] { f.note("cancelled"); });
+  ex.schedule_at(Clock::now() + 10ms, [&] { f.note("kept"); });
+  ex.cancel(id);
+  ex.cancel(12345);  // unknown: a no-op
+  std::promise<void> after;
+  ex.schedule_at(Clock::now() + 80ms, [&] { after.set_value(); });
+  ASSERT_EQ(after.get_future().wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(f.events(), std::vector<std::string>{"kept"});
+}
+
+TEST(Executor, CallbacksRunInOrderOnTheirOwnThread) {
+  Fixture f;
+  Executor ex(f.log);
+  ex.start();
+  std::promise<std::thread::id> timer_thread;
+  ex.defer([&] { timer_thread.set_value(std::this_thread::get_id()); });
+  const auto timer_id = timer_thread.get_future().get();
+  std::promise<std::thread::id> callback_thread;
+  for (int i = 0; i < 5; ++i) ex.post([&f, i] { f.note("cb " + std::to_string(i)); });
+  ex.post([&] { callback_thread.set_value(std::this_thread::get_id()); });
+  const auto cb_id = callback_thread.get_future().get();
+  EXPECT_NE(cb_id, std::this_thread::get_id());
+  EXPECT_NE(cb_id, timer_id);
+  EXPECT_EQ(f.events(), (std::vector<std::string>{"cb 0", "cb 1", "cb 2", "cb 3", "cb 4"}));
+}
+
+struct NotAStdException {};
+
+TEST(Executor, EveryExceptionTypeIsCaughtAndLoggedAndTheThreadsGoOn) {
+  Fixture f;
+  Executor ex(f.log);
+  ex.start();
+  ex.defer([] { throw std::runtime_error("timer boom"); });
+  ex.defer([] { throw NotAStdException{}; });
+  ex.schedule_at(Clock::now() + 5ms, [] { throw 42; });
+  ex.post([] { throw std::logic_error("callback boom"); });
+  ex.post([] { throw NotAStdException{}; });
+  std::promise<void> timer_after, callback_after;
+  ex.schedule_at(Clock::now() + 20ms, [&] { timer_after.set_value(); });
+  ASSERT_EQ(timer_after.get_future().wait_for(5s), std::future_status::ready);
+  ex.post([&] { callback_after.set_value(); });
+  ASSERT_EQ(callback_after.get_future().wait_for(5s), std::future_status::ready);
+
+  const auto lines = f.logged();
+  EXPECT_TRUE(contains(lines, "zklock timer task failed: timer boom"));
+  EXPECT_TRUE(contains(lines, "zklock user callback threw: callback boom"));
+  int foreign_timer = 0, foreign_callback = 0;
+  for (const auto& l : lines) {
+    if (l.find("zklock timer task failed with a non-standard exception") != std::string::npos) ++foreign_timer;
+    if (l.find("zklock user callback threw a non-standard exception") != std::string::npos) ++foreign_callback;
+  }
+  EXPECT_EQ(foreign_timer, 2);
+  EXPECT_EQ(foreign_callback, 1);
+}
+
+TEST(Executor, RunnerWrapsEveryTimerTaskButNoCallback) {
+  Fixture f;
+  std::atomic<int> wrapped{0};
+  thread_local bool tl_inside = false;
+  Executor ex(f.log, [&](const Executor::Task& task, bool draining) {
+    EXPECT_FALSE(draining);
+    ++wrapped;
+    tl_inside = true;
+    task();
+    tl_inside = false;
+  });
+  ex.start();
+  bool timer_inside = false, callback_inside = true;
+  ex.defer([&] { timer_inside = tl_inside; });
+  ex.post([&] { callback_inside = tl_inside; });
+  settle(ex);
+  EXPECT_TRUE(timer_inside);
+  EXPECT_FALSE(callback_inside);
+  EXPECT_EQ(wrapped.load(), 2);  // the deferred task and settle()'s
+}
+
+TEST(Executor, StopRunsDueDeferredWorkAndPostedCallbacksAndDropsTheRest) {
+  Fixture f;
+  std::atomic<int> draining_runs{0};
+  Executor ex(f.log, [&](const Executor::Task& task, bool draining) {
+    if (draining) ++draining_runs;
+    task();
+  });
+  ex.start();
+  // Hold the timer thread so the work below is still queued when stop() begins.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<void> holding;
+  ex.defer([&] {
+    holding.set_value();
+    released.wait();
+  });
+  holding.get_future().wait();
+  ex.schedule_at(Clock::now() + 1h, [&] { f.note("future timer"); });
+  ex.defer([&] {
+    f.note("deferred");
+    ex.defer([&] { f.note("deferred by deferred"); });  // added while draining
+    ex.post([&] { f.note("posted while draining"); });
+  });
+  ex.defer([] { throw std::runtime_error("late boom"); });
+  std::thread stopper([&] { ex.stop(); });
+  // stop() raises its flag at once, then waits for the held task; 200 ms is
+  // ample for the first step even on a loaded machine.
+  std::this_thread::sleep_for(200ms);
+  release.set_value();
+  stopper.join();
+  auto events = f.events();  // the two threads interleave: compare as a set
+  std::sort(events.begin(), events.end());
+  EXPECT_EQ(events, (std::vector<std::string>{"deferred", "deferred by deferred", "posted while draining"}));
+  EXPECT_EQ(draining_runs.load(), 3);
+  EXPECT_TRUE(contains(f.logged(), "zklock timer task failed while closing: late boom"));
+
+  ex.post([&] { f.note("posted after stop"); });
+  ex.defer([&] { f.note("deferred after stop"); });
+  ex.stop();  // idempotent
+  EXPECT_EQ(f.events().size(), 3u);
+}
+
+TEST(Executor, StopWithoutStartAndTwiceIsHarmless) {
+  Fixture f;
+  Executor ex(f.log);
+  ex.stop();
+  ex.stop();
+  Executor started(f.log);
+  started.start();
+  started.stop();
+  started.stop();
+}
+
+}  // namespace
+}  // namespace zklock
