@@ -1,20 +1,33 @@
-// Internal: the implementation behind zklock::Client, shared with the recipes.
+// Internal: the implementation behind zklock::Client, the one interface the recipes include.
+//
+// Where each part lives: the session (connect, states, expiry and replacement)
+// in session.cpp; heartbeats and the validity bound in validity_bound.cpp; the
+// asynchronous operations in client_ops.cpp, all through the one template of
+// async_op.hpp; the ensemble id in ensemble_id.cpp; timers and the callback
+// thread in executor.hpp; the zhandle_t and what hangs off it in handle.hpp;
+// the C client's log in zk_log.hpp.
 //
 // Threads:
 //  - the C client's I/O and completion threads (one pair per zhandle_t);
 //    ZooKeeper callbacks and watches run on the completion thread;
-//  - the timer thread: heartbeats, validity deadlines, session replacement,
-//    recipe timeouts, and callbacks for operations that failed before being
-//    sent (never run inline: an op issuer may hold its own lock);
-//  - the callback thread: user-facing notifications (listeners, on_lost,
-//    acquire_async completions), so user code never blocks ZooKeeper's thread.
+//  - the timer thread (the Executor's): heartbeats, validity deadlines,
+//    session replacement, recipe timeouts, and callbacks for operations that
+//    failed before being sent (never run inline: an op issuer may hold its
+//    own lock);
+//  - the callback thread (the Executor's): user-facing notifications
+//    (listeners, on_lost, acquire_async completions), so user code never
+//    blocks ZooKeeper's thread.
 //
 // Invariants:
 //  (1) `handle_` is swapped only under the exclusive `handle_mu_`; ops are
 //      issued under the shared lock, so a zhandle_t is never closed while a
-//      zoo_a* call on it is in progress, and is closed outside every lock.
-//  (2) Every op context is freed exactly once: by its completion, or, when
-//      the C client refused the request, by the deferred failure callback.
+//      zoo_a* call on it is in progress, and a Handle is destroyed (which
+//      closes its zhandle_t) outside every lock.
+//  (2) Every op context is freed, and its callback run, exactly once: by its
+//      completion; or, when the C client refused the request, freed at once
+//      and failed by a deferred callback; or, when the C client dropped it at
+//      close, failed with ZCLOSING and freed by the Handle's destructor
+//      (async_op.hpp).
 //  (3) valid_until_ only grows within one session epoch; it is reset to the
 //      distant past when the session is lost. It grows only on evidence the
 //      leader ordered (see note_ordered), never on a server's local answer.
@@ -28,14 +41,16 @@
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <shared_mutex>
-#include <thread>
-#include <unordered_map>
-#include <unordered_set>
+#include <string>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
+#include "executor.hpp"
+#include "handle.hpp"
 #include "zklock/client.hpp"
 
 namespace zklock {
@@ -45,8 +60,6 @@ namespace zklock {
 // leader-ordered answer had raised it in time. Emitted once per lapse, always
 // before the reconnected event or the answer that raises the bound again.
 enum class SessionEvent { connected, suspended, reconnected, lost, validity_expired };
-
-struct WatchCtx;
 
 // Marks the current thread as running a zklock callback for `epoch`, so
 // synchronous calls can refuse instead of deadlocking.
@@ -58,27 +71,21 @@ struct CallbackScope {
   std::uint64_t prev_epoch;
   bool prev_in;
 };
-void free_watch_ctx(WatchCtx* w) noexcept;
 
-// One zhandle_t and what hangs off it. Lives until closed by the Impl.
-struct Handle {
-  zhandle_t* zh = nullptr;
-  Client::Impl* impl = nullptr;
-  std::uint64_t epoch = 0;
-  bool connected_once = false;  // completion thread only
-  // Counts the session events seen on this handle (completion thread). Every
-  // change of connection, to another server or the same one, passes through
-  // one; the C client queues it ahead of every answer on the new connection.
-  // So a request issued at count c and answered at count c was sent and
-  // answered on one connection. (zoo_get_current_server() cannot tell: it
-  // returns a static buffer the C client's I/O threads all write, and with
-  // many clients in a process it misread a server change, ZOOKEEPER-4810.)
-  std::atomic<std::uint64_t> connection{0};
-  Clock::time_point started;
-  std::mutex watches_mu;
-  std::unordered_set<WatchCtx*> watches;  // GUARDED_BY(watches_mu)
-  // Requests in flight: op context → "fail with ZCLOSING and free it".
-  std::unordered_map<const void*, std::function<void()>> pending;  // GUARDED_BY(watches_mu)
+// The ACL put on every node zklock creates, built once from ClientOptions
+// (client_ops.cpp). Not copyable: the C structs point into its own strings,
+// which outlive every request that references them.
+class AclList {
+ public:
+  explicit AclList(const ClientOptions& o);
+  AclList(const AclList&) = delete;
+  AclList& operator=(const AclList&) = delete;
+  const ACL_vector* get() const { return &vector_; }
+
+ private:
+  ACL_vector vector_{};
+  std::vector<ACL> entries_;
+  std::vector<std::string> strings_;
 };
 
 struct Client::Impl {
@@ -89,11 +96,11 @@ struct Client::Impl {
   void start();          // creates the first handle and waits (throws)
   void shutdown();       // idempotent; closes everything
 
-  // --- op plumbing (client_ops.cpp) ---
+  // --- op plumbing (async_op.cpp) ---
   // Runs `issue(zh)` under the shared handle lock. When it returns non-ZOK
   // (nothing will call the completion), `fail(rc)` runs on the timer thread.
   void issue(const std::function<int(zhandle_t*, Handle*)>& issue, std::function<void(int)> fail);
-  const ACL_vector* acl() const { return &acl_vector_; }
+  const ACL_vector* acl() const { return acl_.get(); }
 
   // Recipes learn which session an answer belongs to from this, valid inside
   // a ZooKeeper callback only.
@@ -103,16 +110,17 @@ struct Client::Impl {
   // Called for a server answer that the leader ordered after `sent` (a write
   // of ours, or the read pipelined behind our sync), to a request issued on
   // `h` at connection count `connection` (Handle::connection). Raises the
-  // bound (see session.cpp: the proof needs an earlier such answer on the
+  // bound (see validity_bound.cpp: the proof needs an earlier such answer on the
   // same connection, at least one heartbeat period before).
   void note_ordered(Handle* h, Clock::time_point sent, std::uint64_t connection);
-  // The heartbeat: sync("/") and exists("/") pipelined; `done(ordered)` runs
-  // on the completion thread (or the timer thread when unsent).
+  // The heartbeat (validity_bound.cpp): sync("/") and exists("/") pipelined;
+  // `done(ordered)` runs on the completion thread (or the timer thread when
+  // unsent).
   void sync_then_read(std::function<void(bool ordered)> done);
   // The heartbeat period: a third of the negotiated timeout (at least 10 ms).
   std::chrono::milliseconds heartbeat_period() const;
 
-  // --- events (session.cpp) ---
+  // --- events (session.cpp; the bound's in validity_bound.cpp) ---
   void on_session_event(Handle* h, int state);
   using ObserverId = std::uint64_t;
   // Observers run inline on the thread that saw the event (completion or
@@ -120,12 +128,15 @@ struct Client::Impl {
   ObserverId observe(std::function<void(SessionEvent, std::uint64_t epoch)> fn);
   void unobserve(ObserverId id);
 
-  // --- timer thread ---
-  using TimerId = std::uint64_t;
-  TimerId schedule_at(Clock::time_point when, std::function<void()> fn);
-  TimerId defer(std::function<void()> fn) { return schedule_at(Clock::time_point::min(), std::move(fn)); }
-  void cancel(TimerId id);
-  void post_user(std::function<void()> fn);
+  // --- the Executor's threads (executor.hpp); timer tasks run inside a
+  // CallbackScope of the current epoch ---
+  using TimerId = Executor::TimerId;
+  TimerId schedule_at(Clock::time_point when, std::function<void()> fn) {
+    return executor_.schedule_at(when, std::move(fn));
+  }
+  TimerId defer(std::function<void()> fn) { return executor_.defer(std::move(fn)); }
+  void cancel(TimerId id) { executor_.cancel(id); }
+  void post_user(std::function<void()> fn) { executor_.post(std::move(fn)); }
 
   std::uint64_t epoch() const { return epoch_.load(); }
   std::chrono::milliseconds negotiated() const {
@@ -141,7 +152,7 @@ struct Client::Impl {
     return has_session_ && (state_ == ConnectionState::connected || state_ == ConnectionState::reconnected);
   }
 
-  // --- asynchronous operations (client_ops.cpp); see client.hpp ---
+  // --- asynchronous operations (client_ops.cpp, ensemble_id.cpp); see client.hpp ---
   void create(std::string path, std::string data, CreateMode mode,
               std::function<void(Status, const std::string&, const Stat&)> done);
   void get_children(std::string path, Watcher watch,
@@ -192,20 +203,17 @@ struct Client::Impl {
 
  private:
   friend class Client;
-  Handle* open_handle();                 // zookeeper_init; throws on bad input
-  void replace_session();                // timer thread, after expiry
-  void close_handle(Handle* h);          // outside all locks
+  std::unique_ptr<Handle> open_handle();  // zookeeper_init; throws on bad input
+  void replace_session();                 // timer thread, after expiry
   void heartbeat(std::uint64_t epoch, std::uint64_t gen);  // timer thread
   void check_validity(std::uint64_t epoch);
   // Emits validity_expired once if the bound has passed. REQUIRES bound_mu_.
   void report_lapse_locked(std::uint64_t epoch);
   void emit(SessionEvent ev, std::uint64_t epoch);
-  void timer_loop();
-  void callback_loop();
   std::chrono::milliseconds margin() const;
 
   std::shared_mutex handle_mu_;
-  Handle* handle_ = nullptr;  // GUARDED_BY(handle_mu_)
+  std::unique_ptr<Handle> handle_;  // GUARDED_BY(handle_mu_)
 
   // The bound's evidence: send times of leader-ordered answers on connection
   // evidence_connection_, oldest first; and the bound whose lapse was reported.
@@ -215,22 +223,9 @@ struct Client::Impl {
   std::uint64_t evidence_epoch_ = 0;                                        // GUARDED_BY(bound_mu_)
   Clock::rep lapse_reported_for_ = Clock::time_point::min().time_since_epoch().count();  // GUARDED_BY(bound_mu_)
 
-  ACL_vector acl_vector_{};
-  std::vector<ACL> acl_entries_;
-  std::vector<std::string> acl_strings_;
-
-  std::mutex timer_mu_;
-  std::condition_variable timer_cv_;
-  std::multimap<Clock::time_point, std::pair<TimerId, std::function<void()>>> timers_;
-  TimerId next_timer_ = 1;
-  bool timer_stop_ = false;
-  std::thread timer_thread_;
-
-  std::mutex user_mu_;
-  std::condition_variable user_cv_;
-  std::deque<std::function<void()>> user_queue_;
-  bool user_stop_ = false;
-  std::thread user_thread_;
+  AclList acl_;
+  // Last member, so destroyed first: its threads end before what they use.
+  Executor executor_;
 };
 
 }  // namespace zklock

@@ -21,7 +21,7 @@ using namespace std::chrono_literals;
 using Clock = Executor::Clock;
 
 // A logger that keeps what it was told, and a thread-safe list of events.
-struct Fixture {
+struct Recorder {
   std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
   std::shared_ptr<spdlog::logger> log = std::make_shared<spdlog::logger>("executor-test", ring);
   std::mutex mu;
@@ -41,6 +41,24 @@ struct Fixture {
   }
 };
 
+// A started executor without a runner, over a Recorder.
+class ExecutorTest : public ::testing::Test, public Recorder {
+ protected:
+  void SetUp() override { ex.start(); }
+  Executor ex{log};
+};
+
+// The thread a deferred task (or a posted callback) runs on.
+std::thread::id thread_of(Executor& ex, bool callback) {
+  std::promise<std::thread::id> ran_on;
+  auto note = [&] { ran_on.set_value(std::this_thread::get_id()); };
+  if (callback) ex.post(note);
+  else ex.defer(note);
+  auto id = ran_on.get_future();
+  EXPECT_EQ(id.wait_for(5s), std::future_status::ready);
+  return id.get();
+}
+
 // Waits until everything queued before it on the timer thread and then on the
 // callback thread has run.
 void settle(Executor& ex) {
@@ -58,71 +76,46 @@ bool contains(const std::vector<std::string>& lines, const std::string& part) {
   return false;
 }
 
-TEST(Executor, TimersRunInTimeOrderAndDeferredWorkFirstInOrder) {
-  Fixture f;
-  Executor ex(f.log);
-  ex.start();
+TEST_F(ExecutorTest, TimersRunInTimeOrderAndDeferredWorkFirstInOrder) {
   std::promise<void> last;
   const auto now = Clock::now();
   ex.schedule_at(now + 60ms, [&] {
-    f.note("late");
+    note("late");
     last.set_value();
   });
-  ex.schedule_at(now + 30ms, [&] { f.note("early"); });
-  ex.defer([&] { f.note("deferred 1"); });
-  ex.defer([&] { f.note("deferred 2"); });
+  ex.schedule_at(now + 30ms, [&] { note("early"); });
+  ex.defer([&] { note("deferred 1"); });
+  ex.defer([&] { note("deferred 2"); });
   ASSERT_EQ(last.get_future().wait_for(5s), std::future_status::ready);
-  EXPECT_EQ(f.events(), (std::vector<std::string>{"deferred 1", "deferred 2", "early", "late"}));
+  EXPECT_EQ(events(), (std::vector<std::string>{"deferred 1", "deferred 2", "early", "late"}));
   EXPECT_GE(Clock::now(), now + 60ms);
 }
 
-TEST(Executor, DeferNeverRunsInline) {
-  Fixture f;
-  Executor ex(f.log);
-  ex.start();
-  std::promise<std::thread::id> ran_on;
-  ex.defer([&] { ran_on.set_value(std::this_thread::get_id()); });
-  auto id = ran_on.get_future();
-  ASSERT_EQ(id.wait_for(5s), std::future_status::ready);
-  EXPECT_NE(id.get(), std::this_thread::get_id());
-}
+TEST_F(ExecutorTest, DeferNeverRunsInline) { EXPECT_NE(thread_of(ex, false), std::this_thread::get_id()); }
 
-TEST(Executor, CancelledTimerNeverRuns) {
-  Fixture f;
-  Executor ex(f.log);
-  ex.start();
-  const auto id = ex.schedule_at(Clock::now() + 30ms, [&] { f.note("cancelled"); });
-  ex.schedule_at(Clock::now() + 10ms, [&] { f.note("kept"); });
+TEST_F(ExecutorTest, CancelledTimerNeverRuns) {
+  const auto id = ex.schedule_at(Clock::now() + 30ms, [&] { note("cancelled"); });
+  ex.schedule_at(Clock::now() + 10ms, [&] { note("kept"); });
   ex.cancel(id);
   ex.cancel(12345);  // unknown: a no-op
   std::promise<void> after;
   ex.schedule_at(Clock::now() + 80ms, [&] { after.set_value(); });
   ASSERT_EQ(after.get_future().wait_for(5s), std::future_status::ready);
-  EXPECT_EQ(f.events(), std::vector<std::string>{"kept"});
+  EXPECT_EQ(events(), std::vector<std::string>{"kept"});
 }
 
-TEST(Executor, CallbacksRunInOrderOnTheirOwnThread) {
-  Fixture f;
-  Executor ex(f.log);
-  ex.start();
-  std::promise<std::thread::id> timer_thread;
-  ex.defer([&] { timer_thread.set_value(std::this_thread::get_id()); });
-  const auto timer_id = timer_thread.get_future().get();
-  std::promise<std::thread::id> callback_thread;
-  for (int i = 0; i < 5; ++i) ex.post([&f, i] { f.note("cb " + std::to_string(i)); });
-  ex.post([&] { callback_thread.set_value(std::this_thread::get_id()); });
-  const auto cb_id = callback_thread.get_future().get();
+TEST_F(ExecutorTest, CallbacksRunInOrderOnTheirOwnThread) {
+  const auto timer_id = thread_of(ex, false);
+  for (int i = 0; i < 5; ++i) ex.post([this, i] { note("cb " + std::to_string(i)); });
+  const auto cb_id = thread_of(ex, true);
   EXPECT_NE(cb_id, std::this_thread::get_id());
   EXPECT_NE(cb_id, timer_id);
-  EXPECT_EQ(f.events(), (std::vector<std::string>{"cb 0", "cb 1", "cb 2", "cb 3", "cb 4"}));
+  EXPECT_EQ(events(), (std::vector<std::string>{"cb 0", "cb 1", "cb 2", "cb 3", "cb 4"}));
 }
 
 struct NotAStdException {};
 
-TEST(Executor, EveryExceptionTypeIsCaughtAndLoggedAndTheThreadsGoOn) {
-  Fixture f;
-  Executor ex(f.log);
-  ex.start();
+TEST_F(ExecutorTest, EveryExceptionTypeIsCaughtAndLoggedAndTheThreadsGoOn) {
   ex.defer([] { throw std::runtime_error("timer boom"); });
   ex.defer([] { throw NotAStdException{}; });
   ex.schedule_at(Clock::now() + 5ms, [] { throw 42; });
@@ -134,7 +127,7 @@ TEST(Executor, EveryExceptionTypeIsCaughtAndLoggedAndTheThreadsGoOn) {
   ex.post([&] { callback_after.set_value(); });
   ASSERT_EQ(callback_after.get_future().wait_for(5s), std::future_status::ready);
 
-  const auto lines = f.logged();
+  const auto lines = logged();
   EXPECT_TRUE(contains(lines, "zklock timer task failed: timer boom"));
   EXPECT_TRUE(contains(lines, "zklock user callback threw: callback boom"));
   int foreign_timer = 0, foreign_callback = 0;
@@ -147,7 +140,7 @@ TEST(Executor, EveryExceptionTypeIsCaughtAndLoggedAndTheThreadsGoOn) {
 }
 
 TEST(Executor, RunnerWrapsEveryTimerTaskButNoCallback) {
-  Fixture f;
+  Recorder f;
   std::atomic<int> wrapped{0};
   thread_local bool tl_inside = false;
   Executor ex(f.log, [&](const Executor::Task& task, bool draining) {
@@ -168,7 +161,7 @@ TEST(Executor, RunnerWrapsEveryTimerTaskButNoCallback) {
 }
 
 TEST(Executor, StopRunsDueDeferredWorkAndPostedCallbacksAndDropsTheRest) {
-  Fixture f;
+  Recorder f;
   std::atomic<int> draining_runs{0};
   Executor ex(f.log, [&](const Executor::Task& task, bool draining) {
     if (draining) ++draining_runs;
@@ -210,7 +203,7 @@ TEST(Executor, StopRunsDueDeferredWorkAndPostedCallbacksAndDropsTheRest) {
 }
 
 TEST(Executor, StopWithoutStartAndTwiceIsHarmless) {
-  Fixture f;
+  Recorder f;
   Executor ex(f.log);
   ex.stop();
   ex.stop();

@@ -1,0 +1,82 @@
+// The non-template half of the op shape: issuing under the handle lock, watches, and what a closing Handle owes its requests.
+#include "async_op.hpp"
+
+namespace zklock {
+
+bool server_answered(int rc) {
+  const Status st{rc};
+  return !is_transient(st) && !is_session_fatal(st) && !st.is(Errc::invalid_state) &&
+         !st.is(Errc::session_moved) && !st.is(Errc::system_error);
+}
+
+void untrack(Handle* h, const void* ctx) {
+  std::lock_guard lk(h->watches_mu);
+  h->pending.erase(ctx);
+}
+
+void drop_watch(Handle* h, WatchCtx* w) {
+  if (w == nullptr) return;
+  std::lock_guard lk(h->watches_mu);
+  if (h->watches.erase(w) > 0) delete w;
+}
+
+WatchCtx* arm_watch(Handle* h, Watcher fn) {
+  if (!fn) return nullptr;
+  auto* w = new WatchCtx{std::move(fn), h};
+  std::lock_guard lk(h->watches_mu);
+  h->watches.insert(w);
+  return w;
+}
+
+void watch_trampoline(zhandle_t*, int type, int, const char* path, void* data) noexcept {
+  if (type == ZOO_SESSION_EVENT) return;  // session events go to the global watcher
+  auto* w = static_cast<WatchCtx*>(data);
+  {
+    std::lock_guard lk(w->h->watches_mu);
+    if (w->h->watches.erase(w) == 0) return;  // already freed (cannot happen; be safe)
+  }
+  std::unique_ptr<WatchCtx> owned(w);
+  WatchEvent ev{WatchEvent::Type::changed, path ? path : ""};
+  if (type == ZOO_CREATED_EVENT) ev.type = WatchEvent::Type::created;
+  else if (type == ZOO_DELETED_EVENT) ev.type = WatchEvent::Type::deleted;
+  else if (type == ZOO_CHILD_EVENT) ev.type = WatchEvent::Type::child;
+  else if (type != ZOO_CHANGED_EVENT) return;
+  CallbackScope scope(w->h->epoch);
+  call_safely(w->h->impl, [&] { owned->fn(ev); });
+}
+
+Handle::~Handle() {
+  // May block (it sends closeSession); runs pending completions with ZCLOSING.
+  zh.reset();
+  // Requests the C client dropped without completing them (still queued at
+  // close) fail now, once each, with ZCLOSING.
+  std::unordered_map<const void*, std::function<void()>> dropped;
+  {
+    std::lock_guard lk(watches_mu);
+    dropped.swap(pending);
+  }
+  for (auto& [ctx, fail] : dropped) {
+    CallbackScope scope(epoch);
+    fail();
+  }
+  std::lock_guard lk(watches_mu);
+  for (WatchCtx* w : watches) delete w;
+  watches.clear();
+}
+
+void Client::Impl::issue(const std::function<int(zhandle_t*, Handle*)>& fn, std::function<void(int)> fail) {
+  int rc = ZCLOSING;
+  {
+    std::shared_lock lk(handle_mu_);
+    if (handle_ != nullptr && !closing_) rc = fn(handle_->zh.get(), handle_.get());
+  }
+  if (rc != ZOK) {
+    const auto ep = epoch();
+    defer([fail = std::move(fail), rc, ep] {
+      CallbackScope scope(ep);
+      fail(rc);
+    });
+  }
+}
+
+}  // namespace zklock

@@ -1,0 +1,175 @@
+// The one shape every asynchronous ZooKeeper request goes through: context, tracking, trampoline, completion.
+//
+// A request's life. send_op() allocates its context (OpCtx) and, under the
+// shared handle lock (Client::Impl::issue), registers it with its Handle
+// (track) and passes it to one zoo_a* call. Exactly one of three ends it:
+//  - the C client answers: the completion trampoline ends in complete_read(),
+//    complete_write() or begin_completion() + finish(), which unregister and
+//    free the context and call `done` once;
+//  - the C client refuses the request (non-ZOK): the context is freed at once
+//    (drop_unsent), and `done` fails with that code on the timer thread;
+//  - the C client drops it at close: Handle::~Handle fails `done` with
+//    ZCLOSING and frees the context.
+// C-client callbacks are noexcept trampolines; an exception from `done` is
+// caught and logged (call_safely).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "client_impl.hpp"
+
+namespace zklock {
+
+// True when the server itself produced the answer (so the session was alive
+// when the request was sent): not a transient or session-fatal code
+// (error.hpp), nor one the C client makes up locally (it refused to send:
+// ZINVALIDSTATE; ZSYSTEMERROR; ZSESSIONMOVED, which closes the connection).
+bool server_answered(int rc);
+
+struct OpBase {
+  Client::Impl* impl = nullptr;
+  Handle* h = nullptr;
+  Clock::time_point sent;
+  WatchCtx* watch = nullptr;
+  // The handle's connection count when the request was issued (Handle::
+  // connection): an answer is evidence for the bound only on that connection.
+  std::uint64_t connection = 0;
+  // The context crosses from the issuing thread to the C client's completion
+  // thread. The library queues it under its own mutexes, but ThreadSanitizer
+  // does not see a happens-before on every path through the uninstrumented
+  // library (it flagged the heartbeat's and the ensemble id's completions), so
+  // the hand-off is made explicit: released by track(), acquired by
+  // begin_completion(). Everything in the context is written before track().
+  std::atomic<bool> published{false};
+};
+
+// `done` is what the completion calls; `extra`, what must live until then
+// (a multi's request and result arrays).
+template <class Done, class Extra = std::monostate>
+struct OpCtx : OpBase {
+  using done_type = Done;
+  using extra_type = Extra;
+  Done done;
+  Extra extra{};
+};
+
+// A watcher armed by a read. Freed exactly once: by its event, by the read's
+// completion when the server did not register it, or by Handle::~Handle.
+struct WatchCtx {
+  Watcher fn;
+  Handle* h = nullptr;
+};
+// Registers a watch context with `h`; nullptr for no watcher.
+WatchCtx* arm_watch(Handle* h, Watcher fn);
+// What a zoo_aw* call takes as its watcher for `ctx->watch`.
+void watch_trampoline(zhandle_t*, int type, int state, const char* path, void* data) noexcept;
+inline watcher_fn watcher_for(const OpBase* ctx) { return ctx->watch ? watch_trampoline : nullptr; }
+
+// Unregisters and frees `w` (if any) unless its event already did.
+void drop_watch(Handle* h, WatchCtx* w);
+void untrack(Handle* h, const void* ctx);
+
+// For a request the C client refused: nothing will complete it.
+template <class Ctx>
+void drop_unsent(Ctx* ctx) {
+  untrack(ctx->h, ctx);
+  drop_watch(ctx->h, ctx->watch);
+  delete ctx;
+}
+
+template <class Fn>
+void call_safely(Client::Impl* impl, Fn&& fn) noexcept {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    impl->log->error("zklock completion callback threw: {}", e.what());
+  } catch (...) {
+    impl->log->error("zklock completion callback threw a non-standard exception");
+  }
+}
+
+// Every request in flight is registered with its handle, so that one the C
+// client never completes (zookeeper_close drops requests still queued) is
+// failed with ZCLOSING and freed by Handle::~Handle: each callback runs once.
+template <class Ctx>
+void track(Handle* h, Ctx* ctx, const std::function<void(int)>& fail) {
+  ctx->published.store(true, std::memory_order_release);
+  std::lock_guard lk(h->watches_mu);
+  h->pending.emplace(ctx, [ctx, fail] {
+    call_safely(ctx->impl, [&] { fail(ZCLOSING); });
+    drop_unsent(ctx);
+  });
+}
+
+// Registers `ctx`, then `send(ctx)` passes it to one zoo_a* call; frees it at
+// once when the C client refuses. Returns the call's code.
+template <class Ctx, class Send>
+int send_tracked(Handle* h, Ctx* ctx, const std::function<void(int)>& fail, Send&& send) {
+  track(h, ctx, fail);
+  const int rc = send(ctx);
+  if (rc != ZOK) drop_unsent(ctx);
+  return rc;
+}
+
+// Common prologue of every completion: the validity bound, dropping a watch
+// the server did not register. Only writes are `leader_ordered`: a follower
+// answers reads from its own copy, even one cut off from the leader, so a
+// read proves nothing about the session (issue 15).
+template <class Ctx>
+std::unique_ptr<Ctx> begin_completion(const void* data, int rc, bool watch_registered,
+                                      bool leader_ordered = false) {
+  std::unique_ptr<Ctx> ctx(static_cast<Ctx*>(const_cast<void*>(data)));
+  (void)ctx->published.load(std::memory_order_acquire);  // see OpBase::published
+  untrack(ctx->h, ctx.get());
+  if (leader_ordered && server_answered(rc)) ctx->impl->note_ordered(ctx->h, ctx->sent, ctx->connection);
+  if (!watch_registered) drop_watch(ctx->h, ctx->watch);
+  return ctx;
+}
+
+// Epilogue of every completion: `done` once, as a callback of the session.
+template <class Ctx, class... V>
+void finish(std::unique_ptr<Ctx> c, int rc, V&&... values) noexcept {
+  CallbackScope scope(c->h->epoch);
+  call_safely(c->impl, [&] { c->done(Status{rc}, std::forward<V>(values)...); });
+}
+
+// The whole completion of a read (whose watch, if any, the server registered
+// when `watch_registered`), or of a write: the leader ordered its answer.
+template <class Ctx, class... V>
+void complete_read(const void* data, int rc, bool watch_registered, V&&... values) noexcept {
+  finish(begin_completion<Ctx>(data, rc, watch_registered), rc, std::forward<V>(values)...);
+}
+template <class Ctx, class... V>
+void complete_write(const void* data, int rc, V&&... values) noexcept {
+  finish(begin_completion<Ctx>(data, rc, false, true), rc, std::forward<V>(values)...);
+}
+
+// A `fail(rc)` for Impl::issue and track: `done` with `rc` and every other
+// argument value-initialized.
+template <class... R>
+std::function<void(int)> failure_of(std::shared_ptr<std::function<void(Status, R...)>> done) {
+  return [done = std::move(done)](int rc) { (*done)(Status{rc}, std::decay_t<R>{}...); };
+}
+
+// One request. `send(zh, ctx)` makes one zoo_a* call with `ctx` as its data
+// (and watcher_for(ctx), ctx->watch for a watch) whose completion ends as
+// above, and returns its code. `watch` is armed only if the request is issued.
+template <class Ctx, class Send>
+void send_op(Client::Impl* impl, typename Ctx::done_type done, Watcher watch, Send send,
+             typename Ctx::extra_type extra = {}) {
+  auto shared_done = std::make_shared<typename Ctx::done_type>(std::move(done));
+  const std::function<void(int)> fail = failure_of(shared_done);
+  impl->issue(
+      [&](zhandle_t* zh, Handle* h) {
+        auto* ctx = new Ctx{{impl, h, Clock::now(), arm_watch(h, std::move(watch)), h->connection.load()},
+                            *shared_done, std::move(extra)};
+        return send_tracked(h, ctx, fail, [&](Ctx* c) { return send(zh, c); });
+      },
+      fail);
+}
+
+}  // namespace zklock

@@ -1,0 +1,60 @@
+// Handle: one zhandle_t, owned (closed exactly once), and the requests and watches that hang off it.
+#pragma once
+
+#include <zookeeper/zookeeper.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "zklock/client.hpp"
+
+namespace zklock {
+
+struct WatchCtx;
+
+// The deleter of a zhandle_t. zookeeper_close may block (it sends
+// closeSession) and runs the pending completions with ZCLOSING, which take
+// zklock's locks: a ZhandlePtr is reset outside every lock.
+struct ZhandleCloser {
+  void operator()(zhandle_t* zh) const noexcept { zookeeper_close(zh); }
+};
+using ZhandlePtr = std::unique_ptr<zhandle_t, ZhandleCloser>;
+
+// One zhandle_t (one session) and what hangs off it. The Impl owns the
+// current one through a std::unique_ptr and destroys a replaced one outside
+// every lock (client_impl.hpp, invariant 1). Its C-client callbacks receive a
+// Handle*, which lives until every one of them has run: the destructor closes
+// the zhandle_t first (async_op.cpp).
+struct Handle {
+  Handle(Client::Impl* owner, std::uint64_t session_epoch) : impl(owner), epoch(session_epoch) {}
+  // Closes the zhandle_t, then fails once with ZCLOSING every request the C
+  // client dropped without completing it, then frees the watch contexts.
+  ~Handle();
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+
+  ZhandlePtr zh;  // set once, before any callback can run (Impl::open_handle)
+  Client::Impl* const impl;
+  const std::uint64_t epoch;
+  bool connected_once = false;  // completion thread only
+  // Counts the session events seen on this handle (completion thread). Every
+  // change of connection, to another server or the same one, passes through
+  // one; the C client queues it ahead of every answer on the new connection.
+  // So a request issued at count c and answered at count c was sent and
+  // answered on one connection. (zoo_get_current_server() cannot tell: it
+  // returns a static buffer the C client's I/O threads all write, and with
+  // many clients in a process it misread a server change, ZOOKEEPER-4810.)
+  std::atomic<std::uint64_t> connection{0};
+  const Clock::time_point started = Clock::now();
+  std::mutex watches_mu;
+  std::unordered_set<WatchCtx*> watches;  // GUARDED_BY(watches_mu)
+  // Requests in flight: op context → "fail with ZCLOSING and free it".
+  std::unordered_map<const void*, std::function<void()>> pending;  // GUARDED_BY(watches_mu)
+};
+
+}  // namespace zklock
