@@ -1,4 +1,4 @@
-// The non-template half of the op shape: issuing under the handle lock, watches, and what a closing Handle owes its requests.
+// The op shape, non-template half: issuing under the handle lock, watches, what a closing Handle owes.
 #include "async_op.hpp"
 
 namespace zklock {

@@ -43,7 +43,9 @@ struct OpBase {
   // does not see a happens-before on every path through the uninstrumented
   // library (it flagged the heartbeat's and the ensemble id's completions), so
   // the hand-off is made explicit: released by track(), acquired by
-  // begin_completion(). Everything in the context is written before track().
+  // begin_completion(). Everything in the context is written before track(),
+  // and the issuing thread reads nothing of it after: from then on the
+  // completion may free it (what the zoo_a* call needs is passed by value).
   std::atomic<bool> published{false};
 };
 
@@ -65,9 +67,12 @@ struct WatchCtx {
 };
 // Registers a watch context with `h`; nullptr for no watcher.
 WatchCtx* arm_watch(Handle* h, Watcher fn);
-// What a zoo_aw* call takes as its watcher for `ctx->watch`.
 void watch_trampoline(zhandle_t*, int type, int state, const char* path, void* data) noexcept;
-inline watcher_fn watcher_for(const OpBase* ctx) { return ctx->watch ? watch_trampoline : nullptr; }
+// The watcher arguments of a zoo_aw* call ({nullptr, nullptr} for none).
+struct ArmedWatch {
+  watcher_fn fn = nullptr;
+  void* ctx = nullptr;
+};
 
 // Unregisters and frees `w` (if any) unless its event already did.
 void drop_watch(Handle* h, WatchCtx* w);
@@ -155,9 +160,10 @@ std::function<void(int)> failure_of(std::shared_ptr<std::function<void(Status, R
   return [done = std::move(done)](int rc) { (*done)(Status{rc}, std::decay_t<R>{}...); };
 }
 
-// One request. `send(zh, ctx)` makes one zoo_a* call with `ctx` as its data
-// (and watcher_for(ctx), ctx->watch for a watch) whose completion ends as
-// above, and returns its code. `watch` is armed only if the request is issued.
+// One request. `send(zh, ctx, watch)` makes one zoo_a* call with `ctx` as its
+// data (and `watch` as its watcher, if it takes one) whose completion ends as
+// above, and returns its code; it must not read `ctx` (see OpBase::published).
+// `watch` is armed only if the request is issued.
 template <class Ctx, class Send>
 void send_op(Client::Impl* impl, typename Ctx::done_type done, Watcher watch, Send send,
              typename Ctx::extra_type extra = {}) {
@@ -165,9 +171,10 @@ void send_op(Client::Impl* impl, typename Ctx::done_type done, Watcher watch, Se
   const std::function<void(int)> fail = failure_of(shared_done);
   impl->issue(
       [&](zhandle_t* zh, Handle* h) {
-        auto* ctx = new Ctx{{impl, h, Clock::now(), arm_watch(h, std::move(watch)), h->connection.load()},
-                            *shared_done, std::move(extra)};
-        return send_tracked(h, ctx, fail, [&](Ctx* c) { return send(zh, c); });
+        WatchCtx* w = arm_watch(h, std::move(watch));
+        const ArmedWatch armed{w ? watch_trampoline : nullptr, w};
+        auto* ctx = new Ctx{{impl, h, Clock::now(), w, h->connection.load()}, *shared_done, std::move(extra)};
+        return send_tracked(h, ctx, fail, [&](Ctx* c) { return send(zh, c, armed); });
       },
       fail);
 }

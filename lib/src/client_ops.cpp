@@ -122,7 +122,7 @@ AclList::AclList(const ClientOptions& o) {
 
 void Client::Impl::create(std::string path, std::string data, CreateMode mode, CreateDone done) {
   using Ctx = OpCtx<CreateDone>;
-  send_op<Ctx>(this, std::move(done), nullptr, [&](zhandle_t* zh, Ctx* ctx) {
+  send_op<Ctx>(this, std::move(done), nullptr, [&](zhandle_t* zh, Ctx* ctx, ArmedWatch) {
     return zoo_acreate2(
         zh, path.c_str(), data.data(), static_cast<int>(data.size()), acl(), to_zoo_mode(mode),
         [](int rc, const char* value, const ::Stat* st, const void* d) noexcept {
@@ -134,9 +134,9 @@ void Client::Impl::create(std::string path, std::string data, CreateMode mode, C
 
 void Client::Impl::get_children(std::string path, Watcher watch, ChildrenDone done) {
   using Ctx = OpCtx<ChildrenDone>;
-  send_op<Ctx>(this, std::move(done), std::move(watch), [&](zhandle_t* zh, Ctx* ctx) {
+  send_op<Ctx>(this, std::move(done), std::move(watch), [&](zhandle_t* zh, Ctx* ctx, ArmedWatch w) {
     return zoo_awget_children(
-        zh, path.c_str(), watcher_for(ctx), ctx->watch,
+        zh, path.c_str(), w.fn, w.ctx,
         [](int rc, const String_vector* sv, const void* d) noexcept {
           complete_read<Ctx>(d, rc, rc == ZOK, to_names(rc, sv));
         },
@@ -146,9 +146,9 @@ void Client::Impl::get_children(std::string path, Watcher watch, ChildrenDone do
 
 void Client::Impl::exists(std::string path, Watcher watch, StatDone done) {
   using Ctx = OpCtx<StatDone>;
-  send_op<Ctx>(this, std::move(done), std::move(watch), [&](zhandle_t* zh, Ctx* ctx) {
+  send_op<Ctx>(this, std::move(done), std::move(watch), [&](zhandle_t* zh, Ctx* ctx, ArmedWatch w) {
     return zoo_awexists(
-        zh, path.c_str(), watcher_for(ctx), ctx->watch,
+        zh, path.c_str(), w.fn, w.ctx,
         [](int rc, const ::Stat* st, const void* d) noexcept {
           // exists registers its watch both when the node exists and when it does not.
           complete_read<Ctx>(d, rc, rc == ZOK || rc == ZNONODE, to_stat(rc == ZOK ? st : nullptr));
@@ -159,9 +159,9 @@ void Client::Impl::exists(std::string path, Watcher watch, StatDone done) {
 
 void Client::Impl::get(std::string path, Watcher watch, GetDone done) {
   using Ctx = OpCtx<GetDone>;
-  send_op<Ctx>(this, std::move(done), std::move(watch), [&](zhandle_t* zh, Ctx* ctx) {
+  send_op<Ctx>(this, std::move(done), std::move(watch), [&](zhandle_t* zh, Ctx* ctx, ArmedWatch w) {
     return zoo_awget(
-        zh, path.c_str(), watcher_for(ctx), ctx->watch,
+        zh, path.c_str(), w.fn, w.ctx,
         [](int rc, const char* value, int len, const ::Stat* st, const void* d) noexcept {
           std::string bytes =
               (rc == ZOK && value && len > 0) ? std::string(value, static_cast<std::size_t>(len)) : std::string();
@@ -173,7 +173,7 @@ void Client::Impl::get(std::string path, Watcher watch, GetDone done) {
 
 void Client::Impl::set_data(std::string path, std::string data, int version, StatDone done) {
   using Ctx = OpCtx<StatDone>;
-  send_op<Ctx>(this, std::move(done), nullptr, [&](zhandle_t* zh, Ctx* ctx) {
+  send_op<Ctx>(this, std::move(done), nullptr, [&](zhandle_t* zh, Ctx* ctx, ArmedWatch) {
     return zoo_aset(
         zh, path.c_str(), data.data(), static_cast<int>(data.size()), version,
         [](int rc, const ::Stat* st, const void* d) noexcept { complete_write<Ctx>(d, rc, to_stat(st)); }, ctx);
@@ -182,7 +182,7 @@ void Client::Impl::set_data(std::string path, std::string data, int version, Sta
 
 void Client::Impl::remove(std::string path, int version, VoidDone done) {
   using Ctx = OpCtx<VoidDone>;
-  send_op<Ctx>(this, std::move(done), nullptr, [&](zhandle_t* zh, Ctx* ctx) {
+  send_op<Ctx>(this, std::move(done), nullptr, [&](zhandle_t* zh, Ctx* ctx, ArmedWatch) {
     return zoo_adelete(
         zh, path.c_str(), version, [](int rc, const void* d) noexcept { complete_write<Ctx>(d, rc); }, ctx);
   });
@@ -190,12 +190,15 @@ void Client::Impl::remove(std::string path, int version, VoidDone done) {
 
 void Client::Impl::multi(std::vector<Op> ops, MultiDone done) {
   auto request = std::make_unique<MultiRequest>(std::move(ops), acl());
+  // Taken now: once tracked, the request belongs to the completion.
+  const auto n = static_cast<int>(request->zops.size());
+  zoo_op_t* zops = request->zops.data();
+  zoo_op_result_t* results = request->results.data();
   send_op<MultiCtx>(
       this, std::move(done), nullptr,
-      [](zhandle_t* zh, MultiCtx* ctx) {
-        auto& r = *ctx->extra;
+      [&](zhandle_t* zh, MultiCtx* ctx, ArmedWatch) {
         return zoo_amulti(
-            zh, static_cast<int>(r.zops.size()), r.zops.data(), r.results.data(),
+            zh, n, zops, results,
             [](int rc, const void* d) noexcept {
               // A multi is one transaction through the leader, even when it only checks.
               auto c = begin_completion<MultiCtx>(d, rc, false, true);
