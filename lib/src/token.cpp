@@ -1,4 +1,4 @@
-// FencingToken: its text form "<ensemble-id>:<czxid>", parsing, and order by czxid within an ensemble.
+// FencingToken: its text form "<ensemble-id>:<zxid>", parsing, and order by zxid within an ensemble.
 #include "zklock/token.hpp"
 
 #include <charconv>
