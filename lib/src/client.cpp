@@ -25,34 +25,16 @@ std::string_view state_name(ConnectionState s) noexcept {
 }
 
 Op Op::create(std::string path, std::string data, CreateMode mode) {
-  Op op;
-  op.kind = Kind::create;
-  op.path = std::move(path);
-  op.data = std::move(data);
-  op.mode = mode;
-  return op;
+  return {.kind = Kind::create, .path = std::move(path), .data = std::move(data), .mode = mode};
 }
 Op Op::remove(std::string path, int version) {
-  Op op;
-  op.kind = Kind::remove;
-  op.path = std::move(path);
-  op.version = version;
-  return op;
+  return {.kind = Kind::remove, .path = std::move(path), .version = version};
 }
 Op Op::set_data(std::string path, std::string data, int version) {
-  Op op;
-  op.kind = Kind::set_data;
-  op.path = std::move(path);
-  op.data = std::move(data);
-  op.version = version;
-  return op;
+  return {.kind = Kind::set_data, .path = std::move(path), .data = std::move(data), .version = version};
 }
 Op Op::check(std::string path, int version) {
-  Op op;
-  op.kind = Kind::check;
-  op.path = std::move(path);
-  op.version = version;
-  return op;
+  return {.kind = Kind::check, .path = std::move(path), .version = version};
 }
 
 void validate_connect_string(std::string_view connect) {

@@ -48,15 +48,10 @@ class FairSharedMutex {
   // Throws Error(invalid_argument) for a malformed lock path.
   FairSharedMutex(Client& client, std::string lock_path, MutexOptions options = {});
 
-  // --- exclusive (writer) ---
-  // Blocks until granted. Throws Error.
+  // --- exclusive (writer): FairMutex's four forms, meaning the same ---
   Lease acquire(const AcquireOptions& options = {});
-  // As acquire(), but gives up with Errc::cancelled when `stop` fires.
   Lease acquire(std::stop_token stop, const AcquireOptions& options = {});
-  // Nullopt when not granted within `timeout` (our node is then deleted).
   std::optional<Lease> try_acquire_for(std::chrono::milliseconds timeout, const AcquireOptions& options = {});
-  // No thread per waiter: `done` runs on the client's callback thread.
-  // `timeout` (zero: none) and `stop` bound the wait like the sync forms.
   void acquire_async(AcquireCallback done, const AcquireOptions& options = {},
                      std::chrono::milliseconds timeout = std::chrono::milliseconds::zero(),
                      std::stop_token stop = {});
