@@ -579,10 +579,10 @@ TEST(MultiLock, TimeoutAfterTakingALeavesNoNodeUnderAOrB) {
   EXPECT_TRUE(eventually([&] { return count_children(c, b) == 1; }));
 }
 
-#ifdef ZKLOCK_MULTI_WORKER
+#ifdef ZKLOCK_TEST_WORKER
 test::ChildProcess spawn_worker(std::vector<std::string> args) {
   test::SpawnOptions o;
-  o.argv = {ZKLOCK_MULTI_WORKER};
+  o.argv = {ZKLOCK_TEST_WORKER};
   o.argv.insert(o.argv.end(), args.begin(), args.end());
   return test::ChildProcess::spawn(o);
 }

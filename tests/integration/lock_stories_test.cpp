@@ -114,7 +114,7 @@ TEST(LockStories, TwentyProcessesFiftyAcquisitionsEachInQueueOrder) {
   std::vector<test::ChildProcess> workers;
   for (int i = 0; i < kProcs; ++i) {
     test::SpawnOptions o;
-    o.argv = {ZKLOCK_LOCK_WORKER, "--zk", test::shared_server().connect_string(), "--lock", path,
+    o.argv = {ZKLOCK_TEST_WORKER, "rounds", "--zk", test::shared_server().connect_string(), "--lock", path,
               "--count", std::to_string(kEach), "--owner", "proc-" + std::to_string(i), "--hold-ms", "1",
               "--check-file", check.string(), "--log-file", log.string(), "--go-file", go.string()};
     workers.push_back(test::ChildProcess::spawn(o));

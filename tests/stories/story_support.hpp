@@ -142,15 +142,15 @@ struct WorkerConfig {
   std::string key = "story";
 };
 
-// zklock_story_worker as a child process (see story_worker.cpp for the
-// protocol). Move-only; the destructor kills the worker.
+// zklock_test_worker story as a child process (see tests/worker/story_mode.cpp
+// for the protocol). Move-only; the destructor kills the worker.
 class StoryWorker {
  public:
   static StoryWorker start(const WorkerConfig& cfg) {
     StoryWorker w;
     w.name_ = cfg.name;
     w.dir_ = std::make_unique<TempDir>();
-    std::vector<std::string> argv = {ZKLOCK_STORY_WORKER_BIN, "--connect", cfg.connect, "--lock", cfg.lock,
+    std::vector<std::string> argv = {ZKLOCK_TEST_WORKER, "story", "--connect", cfg.connect, "--lock", cfg.lock,
                                      "--name", cfg.name, "--session-timeout", std::to_string(cfg.session_timeout_ms),
                                      "--connect-timeout", std::to_string(cfg.connect_timeout_ms),
                                      "--acquire-timeout", std::to_string(cfg.acquire_timeout_ms),

@@ -1,9 +1,9 @@
-// zklock_lock_worker — one real process contending for one FairMutex, for
-// the integration tests that need several processes (tests/integration/
-// lock_stories_test.cpp) and anyone else who does.
+// zklock_test_worker rounds: one real process contending for one FairMutex,
+// a number of acquisitions in a row, checking exclusion and token order from
+// inside the critical section (tests/integration/lock_stories_test.cpp).
 //
 // Usage:
-//   zklock_lock_worker --zk HOST:PORT --lock /path [options]
+//   zklock_test_worker rounds --zk HOST:PORT --lock /path [options]
 //
 //   --zk HOST:PORT      connect string (required)
 //   --lock PATH         lock path (required)
@@ -47,6 +47,9 @@
 #include "zklock/client.hpp"
 #include "zklock/fair_mutex.hpp"
 
+#include "worker.hpp"
+
+namespace zklock::test_worker {
 namespace {
 
 struct Args {
@@ -57,7 +60,7 @@ struct Args {
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr, "zklock_lock_worker: %s (see the comment at the top of lock_worker.cpp)\n", why.c_str());
+  std::fprintf(stderr, "zklock_test_worker rounds: %s (see tests/worker/rounds_mode.cpp)\n", why.c_str());
   std::exit(2);
 }
 
@@ -87,26 +90,21 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-void say(const std::string& line) {
-  std::fputs((line + "\n").c_str(), stdout);
-  std::fflush(stdout);
-}
-
 [[noreturn]] void violation(const std::string& what) {
-  say("violation " + what);
+  print_line("violation " + what);
   std::exit(1);
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_rounds(int argc, char** argv) {
   const Args a = parse(argc, argv);
   try {
     zklock::Client client({.connect = a.zk, .session_timeout = std::chrono::milliseconds(a.session_ms)});
     zklock::FairMutex mutex(client, a.lock);
     char id[32];
     std::snprintf(id, sizeof id, "%llx", static_cast<unsigned long long>(client.session_id()));
-    say(std::string("ready session=0x") + id);
+    print_line(std::string("ready session=0x") + id);
     if (!a.go_file.empty()) {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       struct stat st {};
@@ -144,19 +142,21 @@ int main(int argc, char** argv) {
         if (::write(log_fd, rec.data(), rec.size()) != static_cast<ssize_t>(rec.size()))
           throw std::runtime_error("short write to " + a.log_file);
       }
-      say("granted " + std::to_string(i) + " " + std::to_string(czxid) + " " + lease.token().str());
+      print_line("granted " + std::to_string(i) + " " + std::to_string(czxid) + " " + lease.token().str());
       if (a.hold_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.hold_ms));
       if (!lease.valid()) violation("lease invalid inside the critical section at grant " + std::to_string(i));
       if (!a.check_file.empty() && ::unlink(a.check_file.c_str()) != 0)
         violation("check file vanished while we held the lock: " + std::string(std::strerror(errno)));
       lease.release();
-      say("released " + std::to_string(i));
+      print_line("released " + std::to_string(i));
     }
     if (log_fd >= 0) ::close(log_fd);
-    say("done " + std::to_string(a.count));
+    print_line("done " + std::to_string(a.count));
     return 0;
   } catch (const std::exception& e) {
-    say(std::string("error ") + e.what());
+    print_line(std::string("error ") + e.what());
     return 3;
   }
 }
+
+}  // namespace zklock::test_worker

@@ -1,0 +1,215 @@
+// zklock_test_worker story: the lock client's events, its writes through
+// fenced-store (spawned per write), and its RSS.
+#include "story_client.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "worker.hpp"
+#include "zklock/error.hpp"
+
+extern char** environ;
+
+namespace zklock::test_worker {
+namespace {
+
+std::int64_t mono_us() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+std::string hex(std::int64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+struct WriteOutcome {
+  int rc = -1;
+  std::string message;  // the store's stderr, first line
+};
+
+// Runs `fenced-store --db DB put KEY VALUE --token T [--fence F]`, capturing stderr.
+WriteOutcome store_put(const std::string& db, const std::string& key, const std::string& value,
+                       const std::string& token, const std::string& fence) {
+#ifndef FENCED_STORE_BIN
+  (void)db, (void)key, (void)value, (void)token, (void)fence;
+  return {-1, "this zklock_test_worker was built without fenced-store (ZKLOCK_BUILD_EXAMPLES=OFF)"};
+#else
+  int err_pipe[2];
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return {-1, std::string("pipe: ") + std::strerror(errno)};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  std::vector<std::string> args = {FENCED_STORE_BIN, "--db", db, "put", key, value, "--token", token};
+  if (!fence.empty()) {
+    args.push_back("--fence");
+    args.push_back(fence);
+  }
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, FENCED_STORE_BIN, &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(err_pipe[1]);
+  if (rc != 0) {
+    ::close(err_pipe[0]);
+    return {-1, std::string("spawn fenced-store: ") + std::strerror(rc)};
+  }
+  std::string err;
+  char buf[1024];
+  while (true) {
+    ssize_t n = ::read(err_pipe[0], buf, sizeof buf);
+    if (n > 0) err.append(buf, static_cast<std::size_t>(n));
+    else if (n == 0 || errno != EINTR) break;
+  }
+  ::close(err_pipe[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  WriteOutcome out;
+  out.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  out.message = err.substr(0, err.find('\n'));
+  return out;
+#endif
+}
+
+}  // namespace
+
+void emit(const std::string& event, const std::string& fields) {
+  std::string line = event;
+  if (!fields.empty()) line += " " + fields;
+  for (auto& c : line) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  print_line(line + " t=" + std::to_string(mono_us()));
+}
+
+long rss_kb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  }
+  return -1;
+}
+
+StoryClient::StoryClient(StoryArgs args) : args_(std::move(args)) {
+  zklock::ClientOptions opts;
+  opts.connect = args_.connect;
+  opts.session_timeout = std::chrono::milliseconds(args_.session_timeout_ms);
+  opts.connect_timeout = std::chrono::milliseconds(args_.connect_timeout_ms);
+  opts.owner_prefix = args_.name;
+  opts.zk_log_level = spdlog::level::off;
+  client_ = std::make_unique<zklock::Client>(opts);
+  client_->add_listener([this](zklock::ConnectionState s) {
+    emit("state", "s=" + std::string(zklock::state_name(s)) + " session=" + hex(client_->session_id()) +
+                      " epoch=" + std::to_string(client_->session_epoch()));
+  });
+  mutex_ = std::make_unique<zklock::FairMutex>(
+      *client_, args_.lock,
+      zklock::MutexOptions{.loss_policy = args_.strict ? zklock::LossPolicy::strict : zklock::LossPolicy::tolerant});
+  emit("ready", "session=" + hex(client_->session_id()) +
+                    " timeout=" + std::to_string(client_->negotiated_timeout().count()) +
+                    " pid=" + std::to_string(::getpid()));
+}
+
+std::shared_ptr<Slot> StoryClient::start_acquire(int idx, std::function<void(std::shared_ptr<Slot>)> granted) {
+  auto slot = std::make_shared<Slot>();
+  slot->idx = idx;
+  zklock::AcquireOptions ao;
+  ao.owner = args_.name + "/" + std::to_string(idx);
+  ao.description = "story worker " + args_.name;
+  mutex_->acquire_async(
+      [this, slot, granted](zklock::AcquireResult r) {
+        if (r.error) {
+          emit("acquire_failed", "idx=" + std::to_string(slot->idx) + " code=" +
+                                     std::string(zklock::errc_name(r.error->code())) + " msg=" + r.error->what());
+          std::lock_guard lock(slot->mu);
+          slot->done = true;
+          slot->failed = true;
+          return;
+        }
+        // Under the slot's mutex, so a command answering "acquired" finds
+        // the lease, and a release waits until on_lost is registered.
+        {
+          std::lock_guard lock(slot->mu);
+          slot->lease = std::move(r.lease);
+          slot->done = true;
+          emit("acquired", "idx=" + std::to_string(slot->idx) + " token=" + slot->lease.token().str() +
+                               " node=" + slot->lease.node_path() + " session=" + hex(client_->session_id()));
+          slot->lease.on_lost([idx = slot->idx](zklock::LossReason why, const std::string& detail) {
+            emit("lost", "idx=" + std::to_string(idx) + " reason=" +
+                             std::string(zklock::loss_reason_name(why)) + " detail=" + detail);
+          });
+        }
+        if (granted) granted(slot);
+      },
+      ao, std::chrono::milliseconds(args_.acquire_timeout_ms), slot->stop.get_token());
+  return slot;
+}
+
+void StoryClient::check(const std::shared_ptr<Slot>& s) {
+  std::string fields;
+  if (!s || !s->lease) {
+    fields = "valid=0 suspended=0 loss=none held=0";
+  } else {
+    // valid() first: on resume from a freeze this is the very first call.
+    const bool valid = s->lease.valid();
+    const bool susp = s->lease.suspended();
+    auto loss = s->lease.loss_reason();
+    fields = std::string("valid=") + (valid ? "1" : "0") + " suspended=" + (susp ? "1" : "0") +
+             " loss=" + (loss ? std::string(zklock::loss_reason_name(*loss)) : "none") + " held=1";
+  }
+  emit("check", fields + " session=" + hex(client_->session_id()) +
+                    " epoch=" + std::to_string(client_->session_epoch()) +
+                    " state=" + std::string(zklock::state_name(client_->state())));
+}
+
+void StoryClient::write(const std::shared_ptr<Slot>& s, const std::string& key, const std::string& value,
+           const std::string& fence) {
+  if (!s || !s->lease) {
+    emit("write", "key=" + key + " value=" + value + " token=none valid_before=0 rc=-1 msg=no lease");
+    return;
+  }
+  write_with(s->lease, s->lease.token().str(), key, value, fence);
+}
+
+void StoryClient::write_with(const zklock::Lease& lease, const std::string& token, const std::string& key,
+                const std::string& value, const std::string& fence) {
+  // valid() is read before the write is issued and reported with it; the
+  // write goes out regardless, so the store's verdict is what is tested.
+  const bool valid = lease.valid();
+  auto out = store_put(args_.db, key, value, token, fence);
+  emit("write", "key=" + key + " value=" + value + " token=" + token +
+                    " valid_before=" + (valid ? "1" : "0") + " rc=" + std::to_string(out.rc) +
+                    " msg=" + out.message);
+}
+
+void StoryClient::release(const std::shared_ptr<Slot>& s) {
+  if (!s) return;
+  zklock::Lease lease;
+  {
+    std::lock_guard lock(s->mu);
+    if (!s->lease) return;
+    lease = std::move(s->lease);
+  }
+  emit("releasing", "idx=" + std::to_string(s->idx) + " token=" + lease.token().str());
+  lease.release();
+  emit("released", "idx=" + std::to_string(s->idx));
+}
+
+}  // namespace zklock::test_worker
