@@ -1,5 +1,7 @@
-// FairMutex against a real ZooKeeper: grant, FIFO, tokens, cancellation,
-// loss, async scale.
+// FairMutex against a real ZooKeeper, what only FairMutex does: the grant's
+// node and marker, hand-off, re-entry, tokens across a re-created parent,
+// waiters revoked, async scale. FIFO, timeouts, cancellation and revocation
+// are the lock contract suite's (lock_contract_test.cpp).
 #include "zklock/fair_mutex.hpp"
 
 #include <gtest/gtest.h>
@@ -184,63 +186,6 @@ TEST(FairMutex, SameOwnerTwiceWouldDeadlock) {
   EXPECT_TRUE(l2.valid());
 }
 
-TEST(FairMutex, TryAcquireForTimesOutAndLeavesNoNode) {
-  Client c(shared_opts());
-  const auto path = unique_lock_path("timeout");
-  FairMutex m(c, path);
-  Lease holder = m.acquire({.owner = "holder"});
-  const auto start = Clock::now();
-  auto r = m.try_acquire_for(300ms, {.owner = "waiter"});
-  EXPECT_FALSE(r);
-  EXPECT_GE(Clock::now() - start, 290ms);
-  EXPECT_TRUE(eventually([&] { return c.children(path).size() == 1; }));
-}
-
-TEST(FairMutex, StopTokenCancelsAndLeavesNoNode) {
-  Client c(shared_opts());
-  const auto path = unique_lock_path("cancel");
-  FairMutex m(c, path);
-  Lease holder = m.acquire({.owner = "holder"});
-  std::stop_source stop;
-  auto waiter = std::async(std::launch::async, [&] { return m.acquire(stop.get_token(), {.owner = "waiter"}); });
-  ASSERT_TRUE(eventually([&] { return c.children(path).size() == 2; }));
-  stop.request_stop();
-  try {
-    waiter.get();
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Errc::cancelled);
-  }
-  EXPECT_TRUE(eventually([&] { return c.children(path).size() == 1; }));
-}
-
-TEST(FairMutex, GrantsInArrivalOrderWithIncreasingTokens) {
-  Client c(shared_opts());
-  const auto path = unique_lock_path("fifo");
-  FairMutex m(c, path);
-  Lease holder = m.acquire({.owner = "holder"});
-  constexpr int kWaiters = 8;
-  std::mutex mu;
-  std::vector<int> order;
-  std::vector<FencingToken> tokens;
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kWaiters; ++i) {
-    threads.emplace_back([&, i] {
-      Lease l = m.acquire({.owner = "w" + std::to_string(i)});
-      std::lock_guard lk(mu);
-      order.push_back(i);
-      tokens.push_back(l.token());
-    });
-    // Queue them one by one so arrival order is known.
-    ASSERT_TRUE(eventually([&] { return c.children(path).size() == static_cast<std::size_t>(i + 2); }));
-  }
-  holder.release();
-  for (auto& t : threads) t.join();
-  ASSERT_EQ(order.size(), static_cast<std::size_t>(kWaiters));
-  for (int i = 0; i < kWaiters; ++i) EXPECT_EQ(order[i], i);
-  for (int i = 1; i < kWaiters; ++i) EXPECT_TRUE(tokens[i - 1] < tokens[i]);
-}
-
 TEST(FairMutex, TokensIncreaseAcrossParentDeletionAndRecreation) {
   Client c(shared_opts());
   const auto path = unique_lock_path("recreate");
@@ -257,25 +202,6 @@ TEST(FairMutex, TokensIncreaseAcrossParentDeletionAndRecreation) {
   Lease l = m.acquire();
   EXPECT_EQ(l.token().sequence(), 0);  // the suffix restarted...
   EXPECT_TRUE(l.token() > before);     // ...the czxid did not
-}
-
-TEST(FairMutex, ExternalDeletionIsReportedAsRevoked) {
-  Client c(shared_opts());
-  Client other(shared_opts());
-  FairMutex m(c, unique_lock_path("revoked"));
-  Lease l = m.acquire();
-  std::promise<std::pair<LossReason, std::string>> lost;
-  l.on_lost([&](LossReason r, const std::string& d) { lost.set_value({r, d}); });
-  const auto deleted = Clock::now();
-  other.remove_async(l.node_path(), -1, [](Status) {});
-  auto f = lost.get_future();
-  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
-  const auto took = Clock::now() - deleted;
-  EXPECT_EQ(f.get().first, LossReason::revoked);
-  EXPECT_TRUE(l.lost_token().stop_requested());
-  EXPECT_FALSE(l.valid());
-  std::printf("revocation noticed in %lld us\n",
-              static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(took).count()));
 }
 
 TEST(FairMutex, WaiterWhoseNodeIsRevokedFailsAsDeadlockVictim) {
