@@ -156,8 +156,7 @@ TEST(Stories, S1_FreezeHolderPastSessionTimeout) {
 // gone) and report LossReason::revoked. Without a record it now leaves the
 // verdict to the session events (validity_expired or session_expired).
 // It is a race (seen about once in a few freezes), so the test freezes up to
-// six times. Disabled until the library classifies a deletion without a
-// record, seen while the session is not provably alive, as an expiry.
+// six times.
 TEST(Stories, S1_FrozenHolderIsToldExpiryNotRevocation) {
   auto& zk = test::shared_server();
   auto probe = ZkHandle::connect(zk.connect_string());
