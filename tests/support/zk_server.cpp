@@ -3,10 +3,14 @@
 #include "zk_server.hpp"
 
 #include <charconv>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
+#include <thread>
 
 namespace zklock::test {
 namespace fs = std::filesystem;
@@ -248,10 +252,38 @@ void ZkServer::kill9() {
   paused_ = false;
 }
 
+namespace {
+
+// True when every thread of `pid` is stopped (state T or t in its stat).
+bool all_threads_stopped(pid_t pid) {
+  const auto dir = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  bool any = false;
+  for (const auto& task : std::filesystem::directory_iterator(dir, ec)) {
+    std::ifstream stat(task.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto close = text.rfind(')');  // "tid (comm) S ...": the state follows the last ')'
+    if (close == std::string::npos || close + 2 >= text.size()) continue;  // the thread ended
+    const char state = text[close + 2];
+    if (state != 'T' && state != 't') return false;
+    any = true;
+  }
+  return any && !ec;
+}
+
+}  // namespace
+
 void ZkServer::pause() {
   if (!running()) throw HarnessError("ZkServer::pause: not running");
   process_.signal(SIGSTOP);
   paused_ = true;
+  // SIGSTOP lands asynchronously: until every JVM thread has stopped, one
+  // may still answer a request sent after pause() returned.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!all_threads_stopped(process_.pid())) {
+    if (std::chrono::steady_clock::now() > deadline) throw HarnessError("ZkServer::pause: the JVM did not stop within 5 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 void ZkServer::resume() {
