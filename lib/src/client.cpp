@@ -1,5 +1,4 @@
-// zklock::Client's public surface: forwarding to Impl, the synchronous twins
-// of the async operations, and input validation.
+// zklock::Client's public surface: forwarding to Impl, the synchronous twins, input validation.
 #include "zklock/client.hpp"
 
 #include <sys/syscall.h>

@@ -1,5 +1,4 @@
-// zklock's error shape: ZooKeeper codes mapped once, names, Error and Status,
-// and the transient / session-fatal classification of every Errc.
+// zklock's one error shape: ZooKeeper codes mapped once, names, Error, Status, the classifiers.
 #include "zklock/error.hpp"
 
 #include <zookeeper/zookeeper.h>
