@@ -48,7 +48,7 @@ struct Handle {
   // So a request issued at count c and answered at count c was sent and
   // answered on one connection. (zoo_get_current_server() cannot tell: it
   // returns a static buffer the C client's I/O threads all write, and with
-  // many clients in a process it misread a server change, ZOOKEEPER-4810.)
+  // many clients in a process a read can be garbled, ZOOKEEPER-4810.)
   std::atomic<std::uint64_t> connection{0};
   const Clock::time_point started = Clock::now();
   std::mutex watches_mu;
