@@ -1028,10 +1028,7 @@ TEST(DetectorE2E, TheLeaderPrunesRevocationRecordsToTheNewestN) {
     r.detector = "seed";
     r.reason = "seeded record " + std::to_string(i);
     const auto path = revocation_record_path(r.victim_node);
-    std::promise<Status> p;
-    admin.create_async(path, encode_revocation_record(r), CreateMode::persistent,
-                       [&p](Status s, const std::string&, const Stat&) { p.set_value(s); });
-    ASSERT_TRUE(p.get_future().get().ok());
+    ASSERT_NO_THROW(admin.create(path, encode_revocation_record(r), CreateMode::persistent));
     seeded.push_back(path.substr(std::string(kRevocationsPath).size() + 1));
   }
 

@@ -58,9 +58,7 @@ class Owner {
 bool exists(Client& c, const std::string& path) { return c.try_stat(path).has_value(); }
 
 void remove_node(Client& c, const std::string& path) {
-  std::promise<Status> p;
-  c.remove_async(path, -1, [&p](Status s) { p.set_value(s); });
-  ASSERT_TRUE(p.get_future().get().ok()) << path;
+  ASSERT_NO_THROW(c.remove(path)) << path;
 }
 
 DetectorConfig config(const std::string& root, Policy policy = Policy::youngest) {
@@ -333,11 +331,8 @@ TEST(Detector, BadInputIsSkippedAndTheCycleStillFound) {
   Owner a("A"), b("B");
   // A foreign child, a foreign sequential node, and a zklock-named node with garbage data.
   a.client().ensure_path(root + "/x/not-a-lock-node", CreateMode::persistent);
-  std::promise<Status> p;
-  a.client().create_async(root + "/x/" + lock_node_prefix(Mode::shared, owner_key("Z"), new_guid()), "{garbage",
-                          CreateMode::ephemeral_sequential,
-                          [&p](Status s, const std::string&, const Stat&) { p.set_value(s); });
-  ASSERT_TRUE(p.get_future().get().ok());
+  ASSERT_NO_THROW(a.client().create(root + "/x/" + lock_node_prefix(Mode::shared, owner_key("Z"), new_guid()),
+                                     "{garbage", CreateMode::ephemeral_sequential));
   plant_two_cycle(a, b, root);
   const auto cfg = config(root);
   Running run(cfg);

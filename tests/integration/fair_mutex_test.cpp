@@ -196,9 +196,7 @@ TEST(FairMutex, TokensIncreaseAcrossParentDeletionAndRecreation) {
     before = l.token();
   }
   // Delete the (now empty) container parent, as the server's reaper would.
-  std::promise<Status> p;
-  c.remove_async(path, -1, [&](Status st) { p.set_value(st); });
-  ASSERT_TRUE(p.get_future().get().ok());
+  ASSERT_NO_THROW(c.remove(path));
   Lease l = m.acquire();
   EXPECT_EQ(l.token().sequence(), 0);  // the suffix restarted...
   EXPECT_TRUE(l.token() > before);     // ...the czxid did not

@@ -603,10 +603,11 @@ PairRun run_opposite_pair(Client& c, const std::string& base, const std::string&
   PairRun run;
   if (p1.read_line(20s).value_or("?") != "ready" || p2.read_line(20s).value_or("?") != "ready") return run;
   const auto start = Clock::now();
-  std::promise<Status> created;
-  c.create_async(go, "", CreateMode::ephemeral,
-                 [&](Status st, const std::string&, const Stat&) { created.set_value(st); });
-  if (!created.get_future().get().ok()) return run;
+  try {
+    c.create(go, "", CreateMode::ephemeral);
+  } catch (const Error&) {
+    return run;
+  }
   run.first = p1.read_line(90s);
   run.second = p2.read_line(std::chrono::milliseconds(std::max<long long>(1000, 90000 - ms_since(start))));
   run.ms = ms_since(start);
