@@ -95,7 +95,7 @@ Figures retained(const Env& env, const Sizes& s) {
 namespace {
 
 struct ServiceResult {
-  double ops_per_s = 0, writes_per_op = 0;
+  double ops_per_s = 0, writes_per_op = 0, requests_per_op = 0, sent_per_op = 0, cpu_us_per_op = 0;
   std::vector<double> uncontended_us, hot_us;
 };
 
@@ -150,6 +150,8 @@ ServiceResult run_services(const Env& env, int kind, int sessions, int hot, int 
   settle(env);
   std::atomic<bool> stop{false};
   const auto z0 = server_zxid(env);
+  const auto t0 = Traffic::from(env.mntr());
+  const auto cpu0 = process_cpu_seconds();
   const auto start = Clock::now();
   std::vector<std::thread> threads;
   for (auto& w : workers) {
@@ -173,8 +175,10 @@ ServiceResult run_services(const Env& env, int kind, int sessions, int hot, int 
   stop = true;
   for (auto& t : threads) t.join();
   const double wall = seconds(Clock::now() - start);
+  const double cpu = process_cpu_seconds() - cpu0;
   settle(env);
   const auto z1 = server_zxid(env);
+  const auto traffic = Traffic::from(env.mntr()) - t0;
   ServiceResult r;
   std::int64_t ops = 0;
   for (auto& w : workers) {
@@ -186,6 +190,10 @@ ServiceResult run_services(const Env& env, int kind, int sessions, int hot, int 
   // Writes after the run (retained nodes ending) belong to it; the sessions'
   // own creates and closes are outside the window.
   r.writes_per_op = double(z1 - z0) / double(std::max<std::int64_t>(ops, 1));
+  // Requests include pings and heartbeats: all the server is asked to do.
+  r.requests_per_op = double(traffic.packets_received) / double(std::max<std::int64_t>(ops, 1));
+  r.sent_per_op = double(traffic.packets_sent) / double(std::max<std::int64_t>(ops, 1));
+  r.cpu_us_per_op = cpu * 1e6 / double(std::max<std::int64_t>(ops, 1));
   return r;
 }
 
@@ -216,6 +224,12 @@ Figures services(const Env& env, const Sizes& s) {
       {sc, "hot acquire p50 (retained)", "us", percentile(r.hot_us, 50), percentile(f.hot_us, 50), {}},
       {sc, "hot acquire p99 (retained)", "us", percentile(r.hot_us, 99), percentile(f.hot_us, 99), {}},
       {sc, "hot acquire p99 (plain)", "us", percentile(p.hot_us, 99), percentile(f.hot_us, 99), {}},
+      {sc, "server requests/op (retained)", "", r.requests_per_op, f.requests_per_op, {}},
+      {sc, "server requests/op (plain)", "", p.requests_per_op, f.requests_per_op, {}},
+      {sc, "replies+notifications/op (retained)", "", r.sent_per_op, f.sent_per_op, {}},
+      {sc, "replies+notifications/op (plain)", "", p.sent_per_op, f.sent_per_op, {}},
+      {sc, "client CPU/op (retained)", "us", r.cpu_us_per_op, f.cpu_us_per_op, {}},
+      {sc, "client CPU/op (plain)", "us", p.cpu_us_per_op, f.cpu_us_per_op, {}},
       {sc, "hot share of lock ops (retained)", "", hot_share(r), hot_share(f), {}},
       {sc, "server writes/op, no hot locks (retained)", "", ur.writes_per_op, uf.writes_per_op, {}},
       {sc, "acquire p99, no hot locks (retained)", "us", percentile(ur.uncontended_us, 99),
