@@ -134,6 +134,7 @@ void World::actor_release(int ai) {
   for (int id : ms) {
     auto& rec = machines_[static_cast<std::size_t>(id)];
     if (rec.granted && !rec.release_requested) {
+      check_told(id);
       rec.release_requested = true;
       rec.knew_at_release = rec.must_lose && rec.lost == 0 && !rec.m->holding();
       feed(id, MachineEvent{Kind::release});

@@ -1,5 +1,6 @@
 // The invariants, checked after every step (check_step, check_grant) and at
-// the end of a run (check_end). The first violation ends the run.
+// the end of a run (check_end), and at each user release (check_told). The
+// first violation ends the run.
 #include "sim_world.hpp"
 
 namespace zklock::sim {
@@ -55,6 +56,25 @@ void World::check_grant(int id) {
   }
   max_token_[l] = std::max(max_token_[l], rec.token);
   if (exclusive) max_exclusive_token_[l] = std::max(max_exclusive_token_[l], rec.token);
+}
+
+// (3), while it matters: a holder whose node someone else deleted is told
+// unless the news is still on its way. When the user releases while the
+// machine still believes it holds, its session connected and quiet (nothing
+// in flight, nothing to deliver, no local answer pending), nothing would ever
+// have told it: no watch covered its node.
+void World::check_told(int id) {
+  const auto& rec = machines_[static_cast<std::size_t>(id)];
+  if (!rec.must_lose) return;
+  const auto& slot = slots_[static_cast<std::size_t>(actors_[static_cast<std::size_t>(rec.actor)].slot)];
+  if (slot.state != Slot::connected || slot.sid != rec.m->config().epoch || !slot.held.empty() || !local_.empty()) {
+    return;
+  }
+  if (!zk_.quiet(slot.sid)) return;
+  ++counters_.quiet_losses;  // the check had a case to judge
+  if (rec.lost != 0 || !rec.m->holding()) return;
+  violate("loss (3): m" + std::to_string(id) + " still believes it holds " + rec.held_path +
+          ", which someone else deleted, and its session is quiet: nothing will tell it");
 }
 
 bool World::quiescent() const {

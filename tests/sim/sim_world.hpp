@@ -46,6 +46,7 @@ struct SimCounters {
   std::uint64_t czxid_listings = 0;  // a listing that suffixes cannot order (czxid needed)
   std::uint64_t disconnects = 0, expiries = 0, revocations = 0, reaps = 0, lost = 0;
   std::uint64_t deferred_losses = 0;
+  std::uint64_t quiet_losses = 0;  // releases of a deleted node with the session quiet (check_told judged)
   std::uint64_t retains = 0, retakes = 0, retakes_void = 0;  // releases kept idle; re-takes granted / voided
   std::uint64_t tail_steps = 0;  // steps from the end of the faults until everything settled  // seen, unreported at the user's release (see strict_loss)
 };
@@ -157,6 +158,7 @@ class World {
   // sim_invariants.cpp
   void check_step();
   void check_grant(int machine);
+  void check_told(int machine);  // (3) at the user's release: no loss left untold
   void check_end();
   bool quiescent() const;
   void violate(const std::string& what);

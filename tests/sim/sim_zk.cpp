@@ -345,6 +345,13 @@ void SimZk::answer(std::uint64_t s, std::uint64_t req_id, Reply r) {
 
 bool SimZk::can_deliver(std::uint64_t s) const { return connected(s) && !sessions_.at(s).deliveries.empty(); }
 
+bool SimZk::quiet(std::uint64_t s) const {
+  if (!connected(s)) return false;
+  const auto& ss = sessions_.at(s);
+  return ss.outbound.empty() && ss.limbo.empty() && ss.unanswered.empty() && ss.deliveries.empty() &&
+         ss.uncommitted == 0;
+}
+
 Reply SimZk::deliver(std::uint64_t s) {
   auto& ss = sessions_.at(s);
   auto [id, rep] = std::move(ss.deliveries.front());

@@ -141,6 +141,10 @@ class SimZk {
   // The client takes the next answer/notification of a connected session.
   bool can_deliver(std::uint64_t s) const;
   Reply deliver(std::uint64_t s);
+  // Connected, and nothing of the session is in flight: no request waits to
+  // be served, committed or answered, and no answer or notification waits to
+  // be delivered. Whatever its client does not know by now, nothing will tell it.
+  bool quiet(std::uint64_t s) const;
 
   // Connection loss: returns the cookies of every request the client had not
   // yet been answered, in request order (each answered connection_loss by
