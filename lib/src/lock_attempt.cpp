@@ -129,9 +129,11 @@ void LockAttempt::begin() {
       }
       self->ensemble_id_ = id;
       self->epoch_ = self->impl_->epoch();
+      const auto slot = self->req_.slot.lock();
       self->machine_.emplace(MachineConfig{self->req_.mode, self->guid_, self->req_.policy, self->epoch_,
                                            self->req_.lock_path,
-                                           self->req_.retain > std::chrono::milliseconds::zero()});
+                                           self->req_.retain > std::chrono::milliseconds::zero(),
+                                           !slot || !slot->contended.load()});
       self->execute_locked(self->machine_->start());
     });
   };

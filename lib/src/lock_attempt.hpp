@@ -30,6 +30,7 @@
 //      RetainSlot; its retain timer holds only a weak reference.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -56,6 +57,10 @@ class LockAttempt;
 struct RetainSlot {
   std::mutex mu;
   std::shared_ptr<LockAttempt> attempt;  // GUARDED_BY(mu)
+  // The last acquisition released through this mutex saw another node
+  // queued: the next one lists without a children watch (MachineConfig::
+  // watch_listings) until one finds the lock free again.
+  std::atomic<bool> contended{false};
   ~RetainSlot();
 };
 

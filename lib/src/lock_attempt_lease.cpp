@@ -89,6 +89,7 @@ bool LockAttempt::start_release(std::uint64_t grant, std::function<void()> then)
   locked([&] {
     if (!machine_ || machine_->phase() != LockMachine::Phase::held || grant != grant_) return;
     started = true;
+    if (auto slot = req_.slot.lock()) slot->contended = machine_->others_seen();
     finish_locked();
     release_waiters_.push_back(std::move(then));
     execute_locked(machine_->step(MachineEvent{Kind::release}));

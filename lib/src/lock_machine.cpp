@@ -62,12 +62,15 @@ bool LockMachine::ours(std::string_view guid) const {
 void LockMachine::relist(Commands& out) {
   stats_tag_ = blocker_tag_ = marker_tag_ = 0;  // answers to the old round are stale
   list_tag_ = next_tag();
-  if (!retaining()) {
-    out.push_back(request(Cmd::list, list_tag_));
+  if (!retaining() || !cfg_.watch_listings || others_seen_) {
+    out.push_back(request(Cmd::list, list_tag_));  // batched by the shell; no watch
     return;
   }
-  // Retain mode: the listing also arms the children watch that tells a
-  // retained node about a waiter (invariant 5); the latest one counts.
+  // Retain mode, the lock looking free: the listing also arms the children
+  // watch that tells a retained node about a waiter (invariant 5); the
+  // latest one counts. Once another node is seen, the listings go without
+  // it: this attempt will not retain, and a waiter's watch is a notification
+  // for nothing.
   children_tag_ = list_tag_;
   waiter_known_ = true;  // until its answer shows no other node
   out.push_back(request(Cmd::list_watch, list_tag_));
@@ -118,10 +121,14 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
         on_retake_listed(ev, *listing, out);
         break;
       }
-      if (retaining() && ev.tag == children_tag_) {
-        if (ev.rc != Rc::ok) children_tag_ = 0;  // no watch was set
-        waiter_known_ = ev.rc != Rc::ok || std::any_of(listing->nodes.begin(), listing->nodes.end(),
-                                                       [&](const Entry& e) { return !ours(e.node.guid); });
+      if (retaining()) {
+        const bool others = ev.rc == Rc::ok && std::any_of(listing->nodes.begin(), listing->nodes.end(),
+                                                           [&](const Entry& e) { return !ours(e.node.guid); });
+        if (others) others_seen_ = waiter_known_ = true;
+        if (ev.tag == children_tag_) {
+          if (ev.rc != Rc::ok) children_tag_ = 0;  // no watch was set
+          waiter_known_ = ev.rc != Rc::ok || others;
+        }
       }
       on_listed(ev, listing, out);
       break;

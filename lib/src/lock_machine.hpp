@@ -169,6 +169,11 @@ struct MachineConfig {
   std::uint64_t epoch = 0;      // the session the attempt runs on
   std::string lock_path;        // for messages only
   bool retain = false;          // exclusive only: a release may keep the node idle for a re-take
+  // Retain only: arm the children watch on listings while no other node has
+  // been seen. The shell clears it when the previous acquisition through the
+  // same mutex saw others: a waiter's watch would only bring a notification
+  // at the next change, to every waiter (a herd of notifications).
+  bool watch_listings = true;
 };
 
 class LockMachine {
@@ -186,6 +191,9 @@ class LockMachine {
 
   Phase phase() const { return phase_; }
   // Granted, not lost, not released, and our node is not known to be gone.
+  // Retain mode: this attempt saw another node queued (the shell's memory
+  // for the next acquisition: MachineConfig::watch_listings).
+  bool others_seen() const { return others_seen_; }
   bool holding() const { return phase_ == Phase::held && !loss_ && node_ == NodeState::exists; }
   bool suspended() const { return suspended_; }
   std::optional<LossReason> loss() const { return loss_; }
@@ -261,6 +269,7 @@ class LockMachine {
   std::uint64_t children_tag_ = 0;  // the latest list_watch; its watch is the one that counts
   bool waiter_known_ = true;        // that listing showed another node, or its watch fired (or none yet)
   bool own_watch_off_ = false;      // our node's exists watch fired on our own setData: not re-armed
+  bool others_seen_ = false;        // a listing showed another node, or the children watch fired
   std::uint64_t touch_tag_ = 0;
   Rc touch_rc_ = Rc::ok;
   std::int32_t version_ = 0;        // our node's data version

@@ -43,7 +43,7 @@ void LockMachine::on_release(Commands& out) {
 void LockMachine::on_children_changed(const MachineEvent& ev, Commands& out) {
   if (ev.tag == 0 || ev.tag != children_tag_) return;  // an older watch: a later listing covers it
   children_tag_ = 0;
-  waiter_known_ = true;
+  waiter_known_ = others_seen_ = true;
   if (phase_ == Phase::retained) {
     end_retention(out);  // hand the lock on at once
   } else if (phase_ == Phase::held && own_watch_off_ && node_ == NodeState::exists) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <future>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "fault_proxy.hpp"
@@ -167,6 +168,66 @@ TEST(Retain, AWaiterQueuedBeforeTheReTakeGoesFirst) {
     Lease b = mine.get();
     EXPECT_TRUE(b.token() > tw);
   }
+}
+
+// Whether `session` holds a watch on `path`, from the server's `wchp` (each
+// watched path, then its sessions on tab-indented lines). 3.8 lists data
+// (exists/get) watches only.
+bool watched_by(const test::ZkServer& s, const std::string& path, std::int64_t session) {
+  auto text = test::four_letter_word("127.0.0.1", s.port(), "wchp");
+  if (!text) return false;
+  char id[32];
+  std::snprintf(id, sizeof id, "0x%llx", static_cast<unsigned long long>(session));
+  std::istringstream in(*text);
+  bool under = false;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line[0] != '\t') under = line == path;
+    else if (under && line.find(id) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Children watches on the server: mntr's zk_watch_count (data and children
+// watches) less the data watches that `wchp` lists.
+std::int64_t children_watches(test::ZkServer& s) {
+  const auto all = s.mntr().counter("zk_watch_count").value_or(-1);
+  auto text = test::four_letter_word("127.0.0.1", s.port(), "wchp");
+  std::int64_t data = 0;
+  std::istringstream in(text.value_or(""));
+  for (std::string line; std::getline(in, line);) data += !line.empty() && line[0] == '\t';
+  return all - data;
+}
+
+// A retaining mutex whose last acquisition found others queued lists without
+// a children watch: a waiter's watch would only bring a notification at the
+// next change, to every waiter. It retains again once an acquisition finds
+// the lock free (which costs one acquisition without retention).
+TEST(Retain, AfterContentionAWaitingRetainerArmsNoChildrenWatchAndRetainsAgainOnceFree) {
+  test::ZkServer server;  // our own: wchp shows our sessions only
+  server.start();
+  Client holder(opts_for(server.connect_string())), c(opts_for(server.connect_string()));
+  const auto path = unique_lock_path("retain-contended");
+  FairMutex h(holder, path);
+  FairMutex m(c, path, {.retain = 60s});
+  for (int round = 0; round < 2; ++round) {  // no memory yet, then "contended"
+    Lease held = h.acquire();
+    auto waiting = std::async(std::launch::async, [&] { return m.acquire(); });
+    // The waiter watches the holder's node once its listing is answered.
+    ASSERT_TRUE(eventually([&] { return watched_by(server, held.node_path(), c.session_id()); }, 5s));
+    EXPECT_EQ(children_watches(server), round == 0 ? 1 : 0) << "round " << round;
+    held.release();
+    Lease l = waiting.get();
+    l.release();
+    EXPECT_FALSE(c.try_stat(l.node_path())) << "round " << round << ": a lease granted behind others is released";
+  }
+  {
+    Lease l = m.acquire();  // free, but listed without the watch: cannot retain
+    l.release();
+    EXPECT_FALSE(c.try_stat(l.node_path()));
+  }
+  Lease l = m.acquire();
+  l.release();
+  EXPECT_TRUE(c.try_stat(l.node_path())) << "retained again once an acquisition found the lock free";
 }
 
 // Our idle node deleted by someone else (an operator, a revocation): the

@@ -74,6 +74,9 @@ int World::start_machine(int actor, int lock, Mode mode) {
   mc.epoch = rec.session;
   mc.lock_path = locks_[static_cast<std::size_t>(lock)];
   mc.retain = a.retains;
+  // Either memory of the previous acquisition (the shell's RetainSlot), taken
+  // from the GUID's random bits so the seeds' random streams are unchanged.
+  mc.watch_listings = rec.guid.back() < '8';
   rec.m = std::make_unique<detail::LockMachine>(mc);
   machines_.push_back(std::move(rec));
   const int id = static_cast<int>(machines_.size()) - 1;
