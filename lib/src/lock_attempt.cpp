@@ -129,11 +129,13 @@ void LockAttempt::begin() {
       }
       self->ensemble_id_ = id;
       self->epoch_ = self->impl_->epoch();
+      const bool retain = self->req_.retain > std::chrono::milliseconds::zero();
       const auto slot = self->req_.slot.lock();
+      const auto seen = slot ? slot->last.load() : RetainSlot::Seen::contended;
       self->machine_.emplace(MachineConfig{self->req_.mode, self->guid_, self->req_.policy, self->epoch_,
-                                           self->req_.lock_path,
-                                           self->req_.retain > std::chrono::milliseconds::zero(),
-                                           !slot || !slot->contended.load()});
+                                           self->req_.lock_path, retain,
+                                           seen == RetainSlot::Seen::free ||
+                                               (retain && seen == RetainSlot::Seen::nothing)});
       self->execute_locked(self->machine_->start());
     });
   };

@@ -57,10 +57,12 @@ class LockAttempt;
 struct RetainSlot {
   std::mutex mu;
   std::shared_ptr<LockAttempt> attempt;  // GUARDED_BY(mu)
-  // The last acquisition released through this mutex saw another node
-  // queued: the next one lists without a children watch (MachineConfig::
-  // watch_listings) until one finds the lock free again.
-  std::atomic<bool> contended{false};
+  // What the last acquisition released through this mutex saw: the next one
+  // lists with a children watch (MachineConfig::watch_listings) if it found
+  // the lock free, or, retaining, if there is no memory yet. A waiter's watch
+  // would only bring a notification at the next change, to every waiter.
+  enum class Seen { nothing, free, contended };
+  std::atomic<Seen> last{Seen::nothing};
   ~RetainSlot();
 };
 

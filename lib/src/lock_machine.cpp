@@ -62,18 +62,27 @@ bool LockMachine::ours(std::string_view guid) const {
 void LockMachine::relist(Commands& out) {
   stats_tag_ = blocker_tag_ = marker_tag_ = 0;  // answers to the old round are stale
   list_tag_ = next_tag();
-  if (!retaining() || !cfg_.watch_listings || others_seen_) {
+  if (!cfg_.watch_listings || others_seen_) {
     out.push_back(request(Cmd::list, list_tag_));  // batched by the shell; no watch
     return;
   }
-  // Retain mode, the lock looking free: the listing also arms the children
-  // watch that tells a retained node about a waiter (invariant 5); the
-  // latest one counts. Once another node is seen, the listings go without
-  // it: this attempt will not retain, and a waiter's watch is a notification
-  // for nothing.
+  // The lock looks free: the listing also arms the children watch, which
+  // covers our node (invariant 6) and tells a retained node about a waiter
+  // (invariant 5); the latest one counts. Once another node is seen the
+  // listings go without it: we wait (our node gets its exists watch), will
+  // not retain, and a waiter's watch is a notification for nothing.
   children_tag_ = list_tag_;
   waiter_known_ = true;  // until its answer shows no other node
   out.push_back(request(Cmd::list_watch, list_tag_));
+}
+
+// Our node has no exists watch and the children watch cannot stand in for it
+// (none armed, or we are not alone and will wait): watch it now (invariant 6).
+void LockMachine::cover_own(Commands& out) {
+  if (own_watch_off_ && (children_tag_ == 0 || others_seen_) && node_ == NodeState::exists &&
+      (acquiring() || phase_ == Phase::held)) {
+    watch_own(out);
+  }
 }
 
 // A step's outcome is unknown (connection loss): list again, now if the
@@ -121,15 +130,14 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
         on_retake_listed(ev, *listing, out);
         break;
       }
-      if (retaining()) {
-        const bool others = ev.rc == Rc::ok && std::any_of(listing->nodes.begin(), listing->nodes.end(),
-                                                           [&](const Entry& e) { return !ours(e.node.guid); });
-        if (others) others_seen_ = waiter_known_ = true;
-        if (ev.tag == children_tag_) {
-          if (ev.rc != Rc::ok) children_tag_ = 0;  // no watch was set
-          waiter_known_ = ev.rc != Rc::ok || others;
-        }
+      const bool others = ev.rc == Rc::ok && std::any_of(listing->nodes.begin(), listing->nodes.end(),
+                                                         [&](const Entry& e) { return !ours(e.node.guid); });
+      if (others) others_seen_ = waiter_known_ = true;
+      if (ev.tag == children_tag_) {
+        if (ev.rc != Rc::ok) children_tag_ = 0;  // no watch was set
+        waiter_known_ = ev.rc != Rc::ok || others;
       }
+      cover_own(out);  // (6): unless the watch is armed and we may be alone
       on_listed(ev, listing, out);
       break;
     }
@@ -146,8 +154,9 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
       own_tag_ = 0;
       // Only we rewrite our node (a re-take's setData). Re-arming would cost
       // a read per re-take; the children watch sees our node's deletion too.
-      if (retaining()) own_watch_off_ = true;
-      else if (node_ == NodeState::exists) watch_own(out);
+      // The children watch of the re-take's listing covers our node (6).
+      own_watch_off_ = true;
+      cover_own(out);
       break;
     case Kind::children_changed:
       on_children_changed(ev, out);

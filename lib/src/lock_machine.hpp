@@ -35,6 +35,13 @@
 //      (expected version) succeeded and the listing behind it shows no node
 //      but ours; its token is that setData's mzxid. Otherwise the retention
 //      ends with the usual release (delete + marker) and `retake_void`.
+//  (6) While our node exists and we wait or hold, its deletion is seen: an
+//      exists watch on it is armed, or the children watch of the latest
+//      listing (one issued after our create, so showing our node unless it
+//      is gone) is armed and has not fired. When that watch fires, could not
+//      be set, or shows that we must wait, the exists watch is armed then
+//      (cover_own). So an acquisition that finds the lock free with a watched
+//      listing sends no request for its own node.
 #pragma once
 
 #include <cstdint>
@@ -132,8 +139,8 @@ struct MachineCommand {
     // requests (answered by the event of the same name)
     create,        // create EPHEMERAL_SEQUENTIAL <lock>/<prefix> with the node data; name: the GUID
     make_parents,  // create the lock path and its ancestors as containers
-    list,          // getChildren(<lock>), no watch
-    list_watch,    // getChildren(<lock>) with a children watch (retain mode; never batched)
+    list,          // getChildren(<lock>), no watch (the shell may batch it)
+    list_watch,    // getChildren(<lock>) with a children watch (never batched)
     touch,         // setData(<lock>/<name>, the node data unchanged, expected `version`)
     read_stats,    // exists(<lock>/<name>) for each of `names`, no watch, pipelined
     watch_blocker, // exists(<lock>/<name>) with a watch
@@ -169,11 +176,15 @@ struct MachineConfig {
   std::uint64_t epoch = 0;      // the session the attempt runs on
   std::string lock_path;        // for messages only
   bool retain = false;          // exclusive only: a release may keep the node idle for a re-take
-  // Retain only: arm the children watch on listings while no other node has
-  // been seen. The shell clears it when the previous acquisition through the
-  // same mutex saw others: a waiter's watch would only bring a notification
-  // at the next change, to every waiter (a herd of notifications).
-  bool watch_listings = true;
+  // Arm the children watch on listings while no other node has been seen.
+  // The shell sets it when the lock is expected to be free (the previous
+  // acquisition through the same mutex found it so): that watch then stands
+  // in for the exists watch on our node (invariant 6), and tells a retained
+  // node about a waiter (invariant 5). Unset for a lock expected to be
+  // contended: a waiter's watch would only bring a notification at the next
+  // change, to every waiter (a herd of notifications). Safety never depends
+  // on it (the simulator gives each machine either value).
+  bool watch_listings = false;
 };
 
 class LockMachine {
@@ -191,8 +202,8 @@ class LockMachine {
 
   Phase phase() const { return phase_; }
   // Granted, not lost, not released, and our node is not known to be gone.
-  // Retain mode: this attempt saw another node queued (the shell's memory
-  // for the next acquisition: MachineConfig::watch_listings).
+  // This attempt saw another node queued (the shell's memory for the next
+  // acquisition: MachineConfig::watch_listings).
   bool others_seen() const { return others_seen_; }
   bool holding() const { return phase_ == Phase::held && !loss_ && node_ == NodeState::exists; }
   bool suspended() const { return suspended_; }
@@ -223,6 +234,7 @@ class LockMachine {
   void read_stats(StatsFor purpose, std::vector<std::string> names, Commands& out);
   void session_over(Commands& out);
   void watch_own(Commands& out);
+  void cover_own(Commands& out);  // invariant (6): watch our node unless a children watch covers it
   void on_own_gone(Commands& out);
   void on_record(const MachineEvent& ev, Commands& out);
   void on_session(const MachineEvent& ev, Commands& out);
@@ -265,10 +277,10 @@ class LockMachine {
   bool ever_uncertain_ = false;   // a create answer was lost in this attempt
   int parent_attempts_ = 0;
   std::uint32_t creates_ = 0;
-  // Retained leases.
-  std::uint64_t children_tag_ = 0;  // the latest list_watch; its watch is the one that counts
+  // The children watch (invariants 5 and 6) and retained leases.
+  std::uint64_t children_tag_ = 0;  // the latest list_watch; its watch is the one that counts (0: none armed)
   bool waiter_known_ = true;        // that listing showed another node, or its watch fired (or none yet)
-  bool own_watch_off_ = false;      // our node's exists watch fired on our own setData: not re-armed
+  bool own_watch_off_ = false;      // no exists watch on our node: the children watch covers it (6)
   bool others_seen_ = false;        // a listing showed another node, or the children watch fired
   std::uint64_t touch_tag_ = 0;
   Rc touch_rc_ = Rc::ok;

@@ -41,7 +41,13 @@ void LockMachine::on_created(const MachineEvent& ev, Commands& out) {
         remove_own(false, out);
         return;
       }
-      watch_own(out);
+      if (children_tag_ != 0 && children_tag_ == list_tag_) {
+        // The watched listing behind the create (session order: it shows
+        // our node) covers it until it fires (invariant 6).
+        own_watch_off_ = true;
+      } else {
+        watch_own(out);
+      }
       return;  // the listing behind the create evaluates
     case Rc::no_node:  // the lock path is missing (or an emptied container was reaped)
       node_ = NodeState::none;

@@ -46,10 +46,11 @@ void LockMachine::on_children_changed(const MachineEvent& ev, Commands& out) {
   waiter_known_ = others_seen_ = true;
   if (phase_ == Phase::retained) {
     end_retention(out);  // hand the lock on at once
-  } else if (phase_ == Phase::held && own_watch_off_ && node_ == NodeState::exists) {
-    watch_own(out);  // no watch on our node since a re-take: is it still there?
+    return;
   }
-  // acquiring: the listings decide; retaking: the re-take's listing decides.
+  // Held or waiting with no exists watch on our node: is it still there (6)?
+  // Otherwise acquiring: the listings decide; retaking: the re-take's listing.
+  cover_own(out);
 }
 
 // The re-take: setData on our node with its expected version, then the

@@ -170,6 +170,33 @@ TEST(FairMutex, LoneWaiterIsGrantedWhenTheHolderIsRevoked) {
   EXPECT_TRUE(eventually([&] { return holder.loss_reason() == LossReason::revoked; }));
 }
 
+// Once the mutex has found its lock free, an uncontended acquisition sends
+// the create and the listing only: the listing's children watch covers our
+// node (the machine's invariant 6), and a deletion by someone else is still
+// reported at once. Counted on a server of our own; the minimum over a few
+// cycles leaves out a heartbeat that falls inside one.
+TEST(FairMutex, AFreeLockCostsTheCreateAndTheListingAndADeletionIsStillReported) {
+  test::ZkServer server;
+  server.start();
+  Client c({.connect = server.connect_string(), .session_timeout = 4s});
+  const auto path = unique_lock_path("free-cost");
+  FairMutex m(c, path);
+  m.acquire().release();  // the mutex learns that the lock is free
+  const auto requests = [&] { return server.mntr().counter("zk_packets_received").value_or(0); };
+  std::int64_t fewest = 1000;
+  for (int i = 0; i < 5; ++i) {
+    const auto r0 = requests();
+    Lease l = m.acquire();
+    fewest = std::min(fewest, requests() - r0 - 1);  // less our own mntr
+  }
+  EXPECT_EQ(fewest, 2) << "create and listing; an exists on our own node would make 3";
+  Client admin({.connect = server.connect_string(), .session_timeout = 4s});
+  Lease l = m.acquire();
+  admin.remove(l.node_path());
+  EXPECT_TRUE(eventually([&] { return l.loss_reason() == LossReason::revoked; }, 5s));
+  EXPECT_FALSE(l.valid());
+}
+
 TEST(FairMutex, SameOwnerTwiceWouldDeadlock) {
   Client c(shared_opts());
   FairMutex m(c, unique_lock_path("reentry"));

@@ -76,7 +76,7 @@ int World::start_machine(int actor, int lock, Mode mode) {
   mc.retain = a.retains;
   // Either memory of the previous acquisition (the shell's RetainSlot), taken
   // from the GUID's random bits so the seeds' random streams are unchanged.
-  mc.watch_listings = rec.guid.back() < '8';
+  mc.watch_listings = rec.guid.back() < '8';  // watched listings; then (6) stands on the children watch
   rec.m = std::make_unique<detail::LockMachine>(mc);
   machines_.push_back(std::move(rec));
   const int id = static_cast<int>(machines_.size()) - 1;
