@@ -31,19 +31,21 @@ void Executor::stop() {
 Executor::TimerId Executor::schedule_at(Clock::time_point when, Task fn) {
   std::lock_guard lk(timer_mu_);
   const auto id = next_timer_++;
-  timers_.emplace(when, std::make_pair(id, std::move(fn)));
-  timer_cv_.notify_one();
+  const auto it = timers_.emplace(when, std::make_pair(id, std::move(fn)));
+  timer_index_.emplace(id, it);
+  // The loop sleeps until the earliest deadline: wake it only for an earlier
+  // one (a deferred task always is). A lock acquisition schedules a timer or
+  // two, and waking the thread for each cost a context switch.
+  if (it == timers_.begin()) timer_cv_.notify_one();
   return id;
 }
 
 void Executor::cancel(TimerId id) {
   std::lock_guard lk(timer_mu_);
-  for (auto it = timers_.begin(); it != timers_.end(); ++it) {
-    if (it->second.first == id) {
-      timers_.erase(it);
-      return;
-    }
-  }
+  const auto found = timer_index_.find(id);
+  if (found == timer_index_.end()) return;  // ran already, or never was
+  timers_.erase(found->second);
+  timer_index_.erase(found);
 }
 
 void Executor::run_timer_task(const Task& task, bool draining) noexcept {
@@ -69,6 +71,7 @@ void Executor::timer_loop() {
       for (int round = 0; round < 4 && !timers_.empty(); ++round) {
         auto due = std::move(timers_);
         timers_.clear();
+        timer_index_.clear();
         lk.unlock();
         for (auto& [when, task] : due) {
           if (when == Clock::time_point::min()) run_timer_task(task.second, true);
@@ -76,6 +79,7 @@ void Executor::timer_loop() {
         lk.lock();
       }
       timers_.clear();
+      timer_index_.clear();
       return;
     }
     if (timers_.empty()) {
@@ -94,6 +98,7 @@ void Executor::timer_loop() {
       // Destroyed before the lock is taken again: what a task captured may
       // call back into the executor when it goes (cancel, defer).
       auto task = std::move(it->second.second);
+      timer_index_.erase(it->second.first);
       timers_.erase(it);
       lk.unlock();
       run_timer_task(task, false);

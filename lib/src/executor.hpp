@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -72,8 +73,10 @@ class Executor {
 
   std::mutex timer_mu_;
   std::condition_variable timer_cv_;
-  std::multimap<Clock::time_point, std::pair<TimerId, Task>> timers_;  // GUARDED_BY(timer_mu_)
-  TimerId next_timer_ = 1;                                              // GUARDED_BY(timer_mu_)
+  using Timers = std::multimap<Clock::time_point, std::pair<TimerId, Task>>;
+  Timers timers_;                                               // GUARDED_BY(timer_mu_)
+  std::unordered_map<TimerId, Timers::iterator> timer_index_;  // GUARDED_BY(timer_mu_): every entry of timers_
+  TimerId next_timer_ = 1;                                      // GUARDED_BY(timer_mu_)
   bool timer_stop_ = false;                                             // GUARDED_BY(timer_mu_)
   std::thread timer_thread_;
 

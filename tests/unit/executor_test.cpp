@@ -104,6 +104,25 @@ TEST_F(ExecutorTest, CancelledTimerNeverRuns) {
   EXPECT_EQ(events(), std::vector<std::string>{"kept"});
 }
 
+// The loop is woken only for a deadline earlier than the one it sleeps
+// until: an earlier timer added while it sleeps toward a far one still runs
+// on time, and one that already ran can no longer be cancelled (the index is
+// kept in step with the timers).
+TEST_F(ExecutorTest, AnEarlierTimerAddedWhileTheLoopSleepsRunsOnTime) {
+  const auto far = ex.schedule_at(Clock::now() + 10s, [&] { note("far"); });
+  settle(ex);  // the loop now sleeps toward `far`
+  for (int i = 0; i < 100; ++i) ex.schedule_at(Clock::now() + 20s, [] {});  // later: no wake-up
+  std::promise<Clock::time_point> ran;
+  const auto due = Clock::now() + 30ms;
+  const auto near = ex.schedule_at(due, [&] { ran.set_value(Clock::now()); });
+  auto when = ran.get_future();
+  ASSERT_EQ(when.wait_for(5s), std::future_status::ready);
+  EXPECT_GE(when.get(), due);
+  ex.cancel(near);  // ran already: a no-op
+  ex.cancel(far);
+  EXPECT_TRUE(events().empty());
+}
+
 TEST_F(ExecutorTest, CallbacksRunInOrderOnTheirOwnThread) {
   const auto timer_id = thread_of(ex, false);
   for (int i = 0; i < 5; ++i) ex.post([this, i] { note("cb " + std::to_string(i)); });
