@@ -1,5 +1,6 @@
 // The validity bound: heartbeats, the leader-ordered evidence that raises the bound, and its lapse.
 #include <algorithm>
+#include <iterator>
 #include <optional>
 
 #include "async_op.hpp"
@@ -58,8 +59,17 @@ void Client::Impl::note_ordered(Handle* h, Clock::time_point sent, std::uint64_t
   for (const auto t : evidence_) {
     if (t <= sent - period) base = t;
   }
-  evidence_.insert(std::upper_bound(evidence_.begin(), evidence_.end(), sent), sent);
-  // Older evidence than `base` can never be the latest again.
+  // Kept at least period/16 apart: an answer that close to one we keep would
+  // raise a later bound by no more than that. Without the spacing a busy
+  // session's newest 64 answers all fell within one period, none was old
+  // enough to be a base, and the bound lapsed under load (and leases with it).
+  const auto spacing = std::max<std::chrono::milliseconds>(period / 16, 1ms);
+  const auto at = std::upper_bound(evidence_.begin(), evidence_.end(), sent);
+  const bool crowded = (at != evidence_.begin() && sent - *std::prev(at) < spacing) ||
+                       (at != evidence_.end() && *at - sent < spacing);
+  if (!crowded) evidence_.insert(at, sent);
+  // Older evidence than `base` can never be the latest again. 64 entries
+  // spaced so span four periods.
   while (base && evidence_.front() < *base) evidence_.pop_front();
   while (evidence_.size() > 64) evidence_.pop_front();
   if (!base) return;

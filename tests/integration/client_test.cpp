@@ -3,6 +3,7 @@
 #include "zklock/client.hpp"
 
 #include <dirent.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <type_traits>
+#include <thread>
 #include <vector>
 
 #include "fault_proxy.hpp"
@@ -67,6 +69,34 @@ TEST(Client, ConnectsAndReportsSession) {
   EXPECT_TRUE(is_uuid(id)) << id;
   Client other({.connect = test::shared_server().connect_string()});
   EXPECT_EQ(other.ensemble_id(), id);  // read, not re-created
+}
+
+// A busy session keeps its validity bound ahead: every write's answer is
+// evidence, and the bound needs one at least a heartbeat period older than
+// the latest. Hundreds of writes per period must not crowd the old evidence
+// out (they once did: the bound then lapsed under load, and a lease with it).
+TEST(Client, ABusySessionKeepsItsValidityBoundAhead) {
+  Client c({.connect = test::shared_server().connect_string(), .session_timeout = 4s});
+  const auto path = "/busy-" + std::to_string(::getpid());
+  c.create(path, "", CreateMode::ephemeral);
+  std::atomic<int> in_flight{0};
+  int lapses = 0, checks = 0;
+  const auto start = Clock::now();
+  auto next_check = start + 1s;
+  while (Clock::now() - start < 2 * c.negotiated_timeout()) {  // bounded: 8 s
+    while (in_flight.load() < 20) {
+      ++in_flight;
+      c.set_data_async(path, "x", -1, [&](Status, const Stat&) { --in_flight; });
+    }
+    if (Clock::now() >= next_check) {
+      ++checks;
+      lapses += c.valid_until() <= Clock::now();
+      next_check += 100ms;
+    }
+    std::this_thread::sleep_for(200us);
+  }
+  ASSERT_TRUE(test::eventually([&] { return in_flight.load() == 0; }, 10s));
+  EXPECT_EQ(lapses, 0) << "of " << checks << " checks, the bound was in the past";
 }
 
 // Data at /zklock/ensemble-id that is not a UUID violate docs/protocol.md:
