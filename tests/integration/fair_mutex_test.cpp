@@ -197,6 +197,30 @@ TEST(FairMutex, AFreeLockCostsTheCreateAndTheListingAndADeletionIsStillReported)
   EXPECT_FALSE(l.valid());
 }
 
+// The same mutex, now waiting: its listing carried the children watch (it
+// expected a free lock), showed the holder, and so armed the exists watch on
+// its node. Deleting the waiting node (as the detector or an operator
+// would) fails the wait at once, and the holder is untouched.
+TEST(FairMutex, AWaiterThatExpectedAFreeLockStillLearnsItsNodeWasDeleted) {
+  Client c(shared_opts()), other(shared_opts());
+  const auto path = unique_lock_path("free-then-waiting");
+  FairMutex m(c, path), mo(other, path);
+  m.acquire().release();  // the mutex learns that the lock is free
+  Lease holder = mo.acquire();
+  std::promise<AcquireResult> waited;
+  m.acquire_async([&](AcquireResult r) { waited.set_value(std::move(r)); });
+  ASSERT_TRUE(eventually([&] { return c.children(path).size() == 2; }));
+  for (const auto& n : c.children(path)) {
+    if (path + "/" + n != holder.node_path()) other.remove(path + "/" + n);
+  }
+  auto f = waited.get_future();
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready) << "the waiter never learned its node was deleted";
+  auto r = f.get();
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.error->code(), Errc::deadlock_victim) << r.error->what();
+  EXPECT_TRUE(holder.valid());
+}
+
 TEST(FairMutex, SameOwnerTwiceWouldDeadlock) {
   Client c(shared_opts());
   FairMutex m(c, unique_lock_path("reentry"));
