@@ -185,7 +185,12 @@ int main(int argc, char** argv) {
       try {
         d = std::make_unique<zklock::detector::Daemon>(cfg);
       } catch (const zklock::Error& e) {
-        if (e.code() != zklock::Errc::connect_timeout) throw;
+        // An outage at start-up (no server yet, a connection lost or a
+        // session ended while setting up) is waited out like one later on;
+        // anything else (a bad path, an auth or ACL error) is fatal.
+        if (e.code() != zklock::Errc::connect_timeout && !zklock::is_transient(e) && !zklock::is_session_fatal(e)) {
+          throw;
+        }
         cfg.log->warn("cannot reach ZooKeeper at {}: {}; retrying", cfg.zk, e.what());
         std::unique_lock lock(mu);
         if (cv.wait_for(lock, std::chrono::seconds(2), [&] { return stopping; })) break;
