@@ -201,10 +201,10 @@ class LockMachine {
   Commands step(const MachineEvent& ev);
 
   Phase phase() const { return phase_; }
-  // Granted, not lost, not released, and our node is not known to be gone.
   // This attempt saw another node queued (the shell's memory for the next
   // acquisition: MachineConfig::watch_listings).
   bool others_seen() const { return others_seen_; }
+  // Granted, not lost, not released, and our node is not known to be gone.
   bool holding() const { return phase_ == Phase::held && !loss_ && node_ == NodeState::exists; }
   bool suspended() const { return suspended_; }
   std::optional<LossReason> loss() const { return loss_; }
