@@ -10,6 +10,7 @@
 
 #include <future>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "zklock/protocol/node_data.hpp"
@@ -25,7 +26,22 @@ using Cmd = MachineCommand::Kind;
 std::mutex g_registry_mu;
 std::set<std::string> g_registry;  // GUARDED_BY(g_registry_mu)
 
+std::mutex g_seen_mu;
+std::unordered_map<std::string, bool> g_seen;  // GUARDED_BY(g_seen_mu): contended?
+
 }  // namespace
+
+Seen seen_before(const void* impl, const std::string& lock_path) {
+  std::lock_guard lk(g_seen_mu);
+  const auto it = g_seen.find(attempt_key(impl, lock_path));
+  return it == g_seen.end() ? Seen::nothing : it->second ? Seen::contended : Seen::free;
+}
+
+void remember_seen(const void* impl, const std::string& lock_path, bool contended) {
+  std::lock_guard lk(g_seen_mu);
+  if (g_seen.size() >= 4096) g_seen.clear();
+  g_seen[attempt_key(impl, lock_path)] = contended;
+}
 
 std::string attempt_key(const void* impl, std::string_view lock_path, std::string_view owner) {
   return std::to_string(reinterpret_cast<std::uintptr_t>(impl)) + '\n' + std::string(lock_path) + '\n' +
@@ -130,12 +146,11 @@ void LockAttempt::begin() {
       self->ensemble_id_ = id;
       self->epoch_ = self->impl_->epoch();
       const bool retain = self->req_.retain > std::chrono::milliseconds::zero();
-      const auto slot = self->req_.slot.lock();
-      const auto seen = slot ? slot->last.load() : RetainSlot::Seen::contended;
+      const auto seen = self->req_.mode == Mode::exclusive ? seen_before(self->impl_, self->req_.lock_path)
+                                                           : Seen::contended;
       self->machine_.emplace(MachineConfig{self->req_.mode, self->guid_, self->req_.policy, self->epoch_,
                                            self->req_.lock_path, retain,
-                                           seen == RetainSlot::Seen::free ||
-                                               (retain && seen == RetainSlot::Seen::nothing)});
+                                           seen == Seen::free || (retain && seen == Seen::nothing)});
       self->execute_locked(self->machine_->start());
     });
   };

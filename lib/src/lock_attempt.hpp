@@ -30,7 +30,6 @@
 //      RetainSlot; its retain timer holds only a weak reference.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -57,12 +56,6 @@ class LockAttempt;
 struct RetainSlot {
   std::mutex mu;
   std::shared_ptr<LockAttempt> attempt;  // GUARDED_BY(mu)
-  // What the last acquisition released through this mutex saw: the next one
-  // lists with a children watch (MachineConfig::watch_listings) if it found
-  // the lock free, or, retaining, if there is no memory yet. A waiter's watch
-  // would only bring a notification at the next change, to every waiter.
-  enum class Seen { nothing, free, contended };
-  std::atomic<Seen> last{Seen::nothing};
   ~RetainSlot();
 };
 
@@ -186,8 +179,19 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
 // the client's default.
 std::string owner_for(const Client& client, const AcquireOptions& options);
 // "<client>\n<lock path>\n<owner>": the key of the per-process tables of
-// attempts (owners with a live attempt; listing batches, with no owner).
+// attempts (owners with a live attempt; listing batches and what a lock was
+// last seen as, with no owner).
 std::string attempt_key(const void* impl, std::string_view lock_path, std::string_view owner = {});
+
+// What the last exclusive acquisition of a lock through a client found when
+// released: the next one lists with a children watch (MachineConfig::
+// watch_listings) if it found the lock free, or, retaining, if nothing is
+// known. Per client and lock, not per mutex object: code that makes a mutex
+// for each acquisition benefits too. A hint only (safety never depends on
+// it), forgotten wholesale past 4,096 locks.
+enum class Seen { nothing, free, contended };
+Seen seen_before(const void* impl, const std::string& lock_path);
+void remember_seen(const void* impl, const std::string& lock_path, bool contended);
 
 // --- shared by the front ends (FairMutex, FairSharedMutex, MultiLock) ---
 // A mutex's request: its loss policy, and its retention for exclusive

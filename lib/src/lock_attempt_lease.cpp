@@ -89,9 +89,7 @@ bool LockAttempt::start_release(std::uint64_t grant, std::function<void()> then)
   locked([&] {
     if (!machine_ || machine_->phase() != LockMachine::Phase::held || grant != grant_) return;
     started = true;
-    if (auto slot = req_.slot.lock()) {
-      slot->last = machine_->others_seen() ? RetainSlot::Seen::contended : RetainSlot::Seen::free;
-    }
+    if (req_.mode == Mode::exclusive) remember_seen(impl_, req_.lock_path, machine_->others_seen());
     finish_locked();
     release_waiters_.push_back(std::move(then));
     execute_locked(machine_->step(MachineEvent{Kind::release}));

@@ -177,8 +177,8 @@ struct MachineConfig {
   std::string lock_path;        // for messages only
   bool retain = false;          // exclusive only: a release may keep the node idle for a re-take
   // Arm the children watch on listings while no other node has been seen.
-  // The shell sets it when the lock is expected to be free (the previous
-  // acquisition through the same mutex found it so): that watch then stands
+  // The shell sets it when the lock is expected to be free (the client's
+  // previous acquisition of it found it so): that watch then stands
   // in for the exists watch on our node (invariant 6), and tells a retained
   // node about a waiter (invariant 5). Unset for a lock expected to be
   // contended: a waiter's watch would only bring a notification at the next
@@ -201,8 +201,8 @@ class LockMachine {
   Commands step(const MachineEvent& ev);
 
   Phase phase() const { return phase_; }
-  // This attempt saw another node queued (the shell's memory for the next
-  // acquisition: MachineConfig::watch_listings).
+  // This attempt saw another node queued (the shell's memory for the
+  // client's next acquisition: MachineConfig::watch_listings).
   bool others_seen() const { return others_seen_; }
   // Granted, not lost, not released, and our node is not known to be gone.
   bool holding() const { return phase_ == Phase::held && !loss_ && node_ == NodeState::exists; }

@@ -170,8 +170,9 @@ TEST(FairMutex, LoneWaiterIsGrantedWhenTheHolderIsRevoked) {
   EXPECT_TRUE(eventually([&] { return holder.loss_reason() == LossReason::revoked; }));
 }
 
-// Once the mutex has found its lock free, an uncontended acquisition sends
-// the create and the listing only: the listing's children watch covers our
+// Once a client has found a lock free, an uncontended acquisition of it sends
+// the create and the listing only — through any mutex object on that lock,
+// even one made for the acquisition: the listing's children watch covers our
 // node (the machine's invariant 6), and a deletion by someone else is still
 // reported at once. Counted on a server of our own; the minimum over a few
 // cycles leaves out a heartbeat that falls inside one.
@@ -185,8 +186,9 @@ TEST(FairMutex, AFreeLockCostsTheCreateAndTheListingAndADeletionIsStillReported)
   const auto requests = [&] { return server.mntr().counter("zk_packets_received").value_or(0); };
   std::int64_t fewest = 1000;
   for (int i = 0; i < 5; ++i) {
+    FairMutex fresh(c, path);
     const auto r0 = requests();
-    Lease l = m.acquire();
+    Lease l = fresh.acquire();
     fewest = std::min(fewest, requests() - r0 - 1);  // less our own mntr
   }
   EXPECT_EQ(fewest, 2) << "create and listing; an exists on our own node would make 3";
@@ -197,9 +199,8 @@ TEST(FairMutex, AFreeLockCostsTheCreateAndTheListingAndADeletionIsStillReported)
   EXPECT_FALSE(l.valid());
 }
 
-// The same mutex, now waiting: its listing carried the children watch (it
-// expected a free lock), showed the holder, and so armed the exists watch on
-// its node. Deleting the waiting node (as the detector or an operator
+// A waiter that expected a free lock: its listing carried the children
+// watch, showed the holder, and so armed the exists watch on its node. Deleting the waiting node (as the detector or an operator
 // would) fails the wait at once, and the holder is untouched.
 TEST(FairMutex, AWaiterThatExpectedAFreeLockStillLearnsItsNodeWasDeleted) {
   Client c(shared_opts()), other(shared_opts());

@@ -198,8 +198,8 @@ std::int64_t children_watches(test::ZkServer& s) {
   return all - data;
 }
 
-// A retaining mutex whose last acquisition found others queued lists without
-// a children watch: a waiter's watch would only bring a notification at the
+// A retaining mutex whose client's last acquisition of the lock found others
+// queued lists without a children watch: a waiter's watch would only bring a notification at the
 // next change, to every waiter. It retains again once an acquisition finds
 // the lock free (which costs one acquisition without retention).
 TEST(Retain, AfterContentionAWaitingRetainerArmsNoChildrenWatchAndRetainsAgainOnceFree) {

@@ -74,7 +74,7 @@ int World::start_machine(int actor, int lock, Mode mode) {
   mc.epoch = rec.session;
   mc.lock_path = locks_[static_cast<std::size_t>(lock)];
   mc.retain = a.retains;
-  // Either memory of the previous acquisition (the shell's RetainSlot), taken
+  // Either memory of the previous acquisition (the shell's seen_before), taken
   // from the GUID's random bits so the seeds' random streams are unchanged.
   mc.watch_listings = rec.guid.back() < '8';  // watched listings; then (6) stands on the children watch
   rec.m = std::make_unique<detail::LockMachine>(mc);
