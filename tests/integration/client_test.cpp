@@ -76,10 +76,10 @@ TEST(Client, ConnectsAndReportsSession) {
 // the latest. Hundreds of writes per period must not crowd the old evidence
 // out (they once did: the bound then lapsed under load, and a lease with it).
 TEST(Client, ABusySessionKeepsItsValidityBoundAhead) {
+  std::atomic<int> in_flight{0};  // outlives the client: closing it fails what is still in flight
   Client c({.connect = test::shared_server().connect_string(), .session_timeout = 4s});
   const auto path = "/busy-" + std::to_string(::getpid());
   c.create(path, "", CreateMode::ephemeral);
-  std::atomic<int> in_flight{0};
   int lapses = 0, checks = 0;
   const auto start = Clock::now();
   auto next_check = start + 1s;

@@ -182,7 +182,7 @@ TEST(FairMutex, AFreeLockCostsTheCreateAndTheListingAndADeletionIsStillReported)
   Client c({.connect = server.connect_string(), .session_timeout = 4s});
   const auto path = unique_lock_path("free-cost");
   FairMutex m(c, path);
-  m.acquire().release();  // the mutex learns that the lock is free
+  m.acquire().release();  // the client learns that the lock is free
   const auto requests = [&] { return server.mntr().counter("zk_packets_received").value_or(0); };
   std::int64_t fewest = 1000;
   for (int i = 0; i < 5; ++i) {
@@ -200,21 +200,23 @@ TEST(FairMutex, AFreeLockCostsTheCreateAndTheListingAndADeletionIsStillReported)
 }
 
 // A waiter that expected a free lock: its listing carried the children
-// watch, showed the holder, and so armed the exists watch on its node. Deleting the waiting node (as the detector or an operator
-// would) fails the wait at once, and the holder is untouched.
+// watch, showed the holder, and so armed the exists watch on its node.
+// Deleting the waiting node (as the detector or an operator would) fails the
+// wait at once, and the holder is untouched.
 TEST(FairMutex, AWaiterThatExpectedAFreeLockStillLearnsItsNodeWasDeleted) {
   Client c(shared_opts()), other(shared_opts());
   const auto path = unique_lock_path("free-then-waiting");
   FairMutex m(c, path), mo(other, path);
-  m.acquire().release();  // the mutex learns that the lock is free
+  m.acquire().release();  // the client learns that the lock is free
   Lease holder = mo.acquire();
-  std::promise<AcquireResult> waited;
-  m.acquire_async([&](AcquireResult r) { waited.set_value(std::move(r)); });
+  // Shared: the callback may outlive this scope if an assertion returns early.
+  auto waited = std::make_shared<std::promise<AcquireResult>>();
+  m.acquire_async([waited](AcquireResult r) { waited->set_value(std::move(r)); });
   ASSERT_TRUE(eventually([&] { return c.children(path).size() == 2; }));
   for (const auto& n : c.children(path)) {
     if (path + "/" + n != holder.node_path()) other.remove(path + "/" + n);
   }
-  auto f = waited.get_future();
+  auto f = waited->get_future();
   ASSERT_EQ(f.wait_for(5s), std::future_status::ready) << "the waiter never learned its node was deleted";
   auto r = f.get();
   ASSERT_TRUE(r.error);
