@@ -465,6 +465,9 @@ TEST_F(LeaseLoss, ServerStoppedPastTheBoundLosesTheLeaseBeforeTheServerCouldExpi
   // The server comes back, the session with it: the lost lease's node goes.
   srv->start();
   ASSERT_TRUE(c.wait_connected(10s));
+  // The observer reconnects on its own schedule (the C client backs off
+  // after trying every server); a read before that times out and throws.
+  ASSERT_TRUE(direct->wait_connected(10s));
   EXPECT_TRUE(eventually([&] { return !czxid_of(*direct, node); })) << "lost lease's node not deleted";
 }
 
@@ -493,6 +496,7 @@ TEST_F(LeaseLoss, LeaseDroppedWhileTheServerIsDownIsDeletedWhenTheSessionReturns
   ASSERT_EQ(c.session_id(), session) << "the restarted server should have restored the session (epoch "
                                      << c.session_epoch() << ")";
   const auto back = Clock::now();
+  ASSERT_TRUE(direct->wait_connected(10s));  // the observer too, or its read times out and throws
   const bool deleted = eventually([&] { return !czxid_of(*direct, node); }, 5s);
   EXPECT_TRUE(deleted) << "the dropped lease's node outlived it in a live session";
   std::printf("[figure] dropped lease's node %s %.0f ms after the session returned\n",
