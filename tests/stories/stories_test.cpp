@@ -714,11 +714,16 @@ TEST(Stories, S9_RenewalFromFrozenProcess) {
   // No trace of the old session on the server: it was not renewed.
   const auto cons = test::four_letter_word("127.0.0.1", zk.port(), "cons").value_or("");
   EXPECT_EQ(cons.find("sid=" + session), std::string::npos) << cons;
-  // ... and it owns no ephemeral node ("dump": the part after "Sessions with Ephemerals").
+  // ... and it owns no ephemeral node ("dump": the section from "Sessions
+  // with Ephemerals" up to "Connections dump"). The connections section may
+  // still list the old socket until the server's connection expiry reaps it;
+  // that is a dead TCP connection, not a session, so it is not searched.
   const auto dump = test::four_letter_word("127.0.0.1", zk.port(), "dump").value_or("");
   const auto eph = dump.find("Sessions with Ephemerals");
   ASSERT_NE(eph, std::string::npos) << dump;
-  EXPECT_EQ(dump.find(session, eph), std::string::npos) << dump;
+  const auto conns = dump.find("Connections dump", eph);
+  const auto eph_section = dump.substr(eph, conns == std::string::npos ? std::string::npos : conns - eph);
+  EXPECT_EQ(eph_section.find(session), std::string::npos) << dump;
 
   report("S9 frozen renewal: session %s expired %.0f ms into the freeze (timeout %s ms); on resume: state lost "
          "after %.0f ms, lease lost (%s), new session %s; old node gone, old session unknown to the server",
