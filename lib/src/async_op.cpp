@@ -64,6 +64,13 @@ Handle::~Handle() {
   watches.clear();
 }
 
+std::size_t Client::Impl::armed_watches() {
+  std::shared_lock lk(handle_mu_);
+  if (handle_ == nullptr) return 0;
+  std::lock_guard wl(handle_->watches_mu);
+  return handle_->watches.size();
+}
+
 void Client::Impl::issue(const std::function<int(zhandle_t*, Handle*)>& fn, std::function<void(int)> fail) {
   int rc = ZCLOSING;
   {

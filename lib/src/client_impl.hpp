@@ -101,6 +101,9 @@ struct Client::Impl {
   // (nothing will call the completion), `fail(rc)` runs on the timer thread.
   void issue(const std::function<int(zhandle_t*, Handle*)>& issue, std::function<void(int)> fail);
   const ACL_vector* acl() const { return acl_.get(); }
+  // Watch callbacks of the current session not yet fired: one per watching
+  // call, as the C client keeps them (diagnostics and tests).
+  std::size_t armed_watches();
 
   // Recipes learn which session an answer belongs to from this, valid inside
   // a ZooKeeper callback only.

@@ -72,6 +72,7 @@ void LockMachine::relist(Commands& out) {
   // listings go without it: we wait (our node gets its exists watch), will
   // not retain, and a waiter's watch is a notification for nothing.
   children_tag_ = list_tag_;
+  children_armed_ = false;
   waiter_known_ = true;  // until its answer shows no other node
   out.push_back(request(Cmd::list_watch, list_tag_));
 }
@@ -135,6 +136,7 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
       if (others) others_seen_ = waiter_known_ = true;
       if (ev.tag == children_tag_) {
         if (ev.rc != Rc::ok) children_tag_ = 0;  // no watch was set
+        children_armed_ = ev.rc == Rc::ok;
         waiter_known_ = ev.rc != Rc::ok || others;
       }
       cover_own(out);  // (6): unless the watch is armed and we may be alone

@@ -30,8 +30,10 @@
 //      exactly (model/queue_order.hpp), shows nothing ahead of it that blocks
 //      it, or when the one blocker that listing showed is proven gone.
 //  (5) Retained leases (config.retain): a release keeps the node only when
-//      the latest listing with a children watch showed no other node and the
-//      watch has not fired since. A re-take grants only when its setData
+//      a children watch is armed and has not fired, and the listing that set
+//      it and every later one showed no other node. (A re-take lists without
+//      a watch while one is armed: one per lock, not one per re-take.)
+//      A re-take grants only when its setData
 //      (expected version) succeeded and the listing behind it shows no node
 //      but ours; its token is that setData's mzxid. Otherwise the retention
 //      ends with the usual release (delete + marker) and `retake_void`.
@@ -279,6 +281,7 @@ class LockMachine {
   std::uint32_t creates_ = 0;
   // The children watch (invariants 5 and 6) and retained leases.
   std::uint64_t children_tag_ = 0;  // the latest list_watch; its watch is the one that counts (0: none armed)
+  bool children_armed_ = false;     // children_tag_'s listing was answered: the server holds its watch
   bool waiter_known_ = true;        // that listing showed another node, or its watch fired (or none yet)
   bool own_watch_off_ = false;      // no exists watch on our node: the children watch covers it (6)
   bool others_seen_ = false;        // a listing showed another node, or the children watch fired

@@ -43,6 +43,7 @@ void LockMachine::on_release(Commands& out) {
 void LockMachine::on_children_changed(const MachineEvent& ev, Commands& out) {
   if (ev.tag == 0 || ev.tag != children_tag_) return;  // an older watch: a later listing covers it
   children_tag_ = 0;
+  children_armed_ = false;
   waiter_known_ = others_seen_ = true;
   if (phase_ == Phase::retained) {
     end_retention(out);  // hand the lock on at once
@@ -54,10 +55,20 @@ void LockMachine::on_children_changed(const MachineEvent& ev, Commands& out) {
 }
 
 // The re-take: setData on our node with its expected version, then the
-// listing (re-arming the children watch), pipelined. Session order puts the
-// listing after the setData's transaction (zxid Z): any node created before
-// Z is listed (unless already gone), so a re-take that lists only our node
-// grants with token Z, and every later waiter is created after Z.
+// listing, pipelined. Session order puts the listing after the setData's
+// transaction (zxid Z): any node created before Z is listed (unless already
+// gone), so a re-take that lists only our node grants with token Z, and
+// every later waiter is created after Z.
+//
+// The listing re-arms the children watch only if none is armed. An armed one
+// has not fired, so no child changed since it was set; it still tells us of
+// the next waiter. The server keeps one watch per path and session anyway,
+// but the client keeps a callback per watching call until the watch fires:
+// re-arming on every re-take grew that list without bound on a lock re-taken
+// for hours with nobody else queueing (and fired all of it at the first
+// waiter). If the armed watch fires before this listing is answered, the
+// notification comes first (one connection, in order) and clears it: the
+// re-take may still grant, but the release then does not retain.
 void LockMachine::on_retake(Commands& out) {
   if (phase_ != Phase::retained) return;
   phase_ = Phase::retaking;
@@ -67,7 +78,12 @@ void LockMachine::on_retake(Commands& out) {
   t.version = version_;
   out.push_back(std::move(t));
   list_tag_ = next_tag();
+  if (children_tag_ != 0 && children_armed_) {
+    out.push_back(request(Cmd::list, list_tag_));
+    return;
+  }
   children_tag_ = list_tag_;
+  children_armed_ = false;
   out.push_back(request(Cmd::list_watch, list_tag_));
 }
 
@@ -76,7 +92,12 @@ void LockMachine::on_retake_listed(const MachineEvent& ev, const Listing& listin
     touch_tag_ = 0;
     touch_rc_ = Rc::connection_loss;
   }
-  if (ev.rc != Rc::ok) children_tag_ = 0;
+  if (ev.rc != Rc::ok) {
+    children_tag_ = 0;  // a watch this listing would have set is not known to be set
+    children_armed_ = false;
+  } else if (ev.tag == children_tag_) {
+    children_armed_ = true;
+  }
   bool alone = ev.rc == Rc::ok, listed_self = false;
   for (const auto& e : listing.nodes) {  // foreign children are not part of the queue
     if (e.node.name == name_) listed_self = true;

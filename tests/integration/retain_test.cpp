@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "client_impl.hpp"  // armed_watches (lib/src)
 #include "fault_proxy.hpp"
 #include "zk_harness.hpp"
 #include "zklock/fair_mutex.hpp"
@@ -84,6 +85,42 @@ TEST(Retain, ReTakeCostsOneWriteAndOneReadAndReleaseNothing) {
   EXPECT_GE(acquire_req, 2 * kCycles);
   EXPECT_LE(acquire_req, 2 * kCycles + 3);
   EXPECT_LE(release_req, 3);
+}
+
+// Many re-takes with nobody else queueing keep one children watch. The C
+// client holds a callback for every watching call until the watch fires, and
+// re-arming on each re-take grew that list by one per re-take without bound
+// (and fired all of it at the first waiter). The one watch still ends the
+// retention at once when a waiter comes.
+TEST(Retain, ManyReTakesKeepOneChildrenWatchThatStillSeesTheNextWaiter) {
+  Client c1(shared_opts()), c2(shared_opts());
+  auto& impl = *detail::ClientAccess::impl(c1);
+  const auto path = unique_lock_path("retain-watches");
+  FairMutex m1(c1, path, {.retain = 60s});
+  FairMutex m2(c2, path);
+  Lease first = m1.acquire();
+  FencingToken last = first.token();
+  first.release();
+  const auto armed = impl.armed_watches();
+  constexpr int kReTakes = 300;
+  for (int i = 0; i < kReTakes; ++i) {
+    Lease l = m1.acquire();
+    ASSERT_TRUE(l.token() > last) << "re-take " << i;
+    last = l.token();
+    l.release();
+  }
+  const auto after = impl.armed_watches();
+  std::printf("[ retain   ] watch callbacks armed: %zu after the first release, %zu after %d re-takes\n", armed, after,
+              kReTakes);
+  EXPECT_LE(after, armed) << "re-takes must not add watch callbacks";
+  EXPECT_LE(after, 2u);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto b = m2.try_acquire_for(10s);
+  ASSERT_TRUE(b);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s) << "granted on the watch, not after the 60 s retain time";
+  EXPECT_TRUE(b->token() > last);
+  EXPECT_TRUE(eventually([&] { return impl.armed_watches() == 0; }, 5s))
+      << impl.armed_watches() << " callbacks left after the watch fired and the node went";
 }
 
 // A released lease speaks only for its own grant, even after a re-take of

@@ -75,6 +75,7 @@ TEST(Sim, ManySeeds) {
     sum.retakes_void += r.counters.retakes_void;
     sum.max_pipeline = std::max(sum.max_pipeline, r.counters.max_pipeline);
     sum.tail_steps = std::max(sum.tail_steps, r.counters.tail_steps);
+    sum.max_child_watches = std::max(sum.max_child_watches, r.counters.max_child_watches);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("[sim] %llu seeds, %llu steps, %llu grants, %llu faults in %.1f s: %.0f steps/s\n",
@@ -89,9 +90,11 @@ TEST(Sim, ManySeeds) {
               static_cast<unsigned long long>(sum.deferred_losses), static_cast<unsigned long long>(sum.max_pipeline),
               static_cast<unsigned long long>(sum.tail_steps));
   std::printf("[sim] retained releases %llu, re-takes granted %llu, re-takes voided %llu; "
-              "releases of a deleted node on a quiet session (judged told or not) %llu\n",
+              "releases of a deleted node on a quiet session (judged told or not) %llu; "
+              "most unfired children watches of one session on one lock %llu\n",
               static_cast<unsigned long long>(sum.retains), static_cast<unsigned long long>(sum.retakes),
-              static_cast<unsigned long long>(sum.retakes_void), static_cast<unsigned long long>(sum.quiet_losses));
+              static_cast<unsigned long long>(sum.retakes_void), static_cast<unsigned long long>(sum.quiet_losses),
+              static_cast<unsigned long long>(sum.max_child_watches));
   // The promptness half of (3) had cases to judge (else it proves nothing).
   EXPECT_GT(sum.quiet_losses, 0u);
   EXPECT_GT(sum.retakes, 0U);
@@ -144,6 +147,29 @@ TEST(Sim, NormalRegimeOrdersBySuffix) {
   EXPECT_GT(c.overlapping_creates, 0u);
   EXPECT_EQ(c.negative_suffixes, 0u);
   EXPECT_EQ(c.czxid_listings, 0u);
+}
+
+// A lock re-taken again and again with nobody else queueing keeps one
+// children watch armed, not one per re-take: the client holds a callback for
+// every watching call until the watch fires, so re-arming on each re-take
+// grows without bound on a busy uncontended lock (32 here when it did, and
+// growing with the run). Not 1: an acquisition that lists again after each
+// lost answer arms a watch each time (4 in these runs, bounded by faults).
+TEST(Sim, ALoneRetainerKeepsItsChildrenWatchesBounded) {
+  SimCounters sum;
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    SimConfig cfg = config_for(seed);
+    cfg.lone_retainer = true;
+    cfg.steps = 20000;
+    const auto r = run_sim(cfg);
+    EXPECT_TRUE(r.ok) << describe(cfg, r);
+    sum.retakes += r.counters.retakes;
+    sum.max_child_watches = std::max(sum.max_child_watches, r.counters.max_child_watches);
+  }
+  std::printf("[sim] lone retainer: %llu re-takes granted; most unfired children watches on the lock %llu\n",
+              static_cast<unsigned long long>(sum.retakes), static_cast<unsigned long long>(sum.max_child_watches));
+  EXPECT_GT(sum.retakes, 500u);
+  EXPECT_LE(sum.max_child_watches, 8u);
 }
 
 // The same seed runs the same schedule.

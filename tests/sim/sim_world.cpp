@@ -34,8 +34,9 @@ void World::note(const std::string& line) {
 
 // The run's shape: a few locks, a few client processes, a mix of actors.
 void World::setup() {
-  const int n_locks = 1 + static_cast<int>(rng_.below(4));
-  const int n_slots = 3 + static_cast<int>(rng_.below(6));
+  const bool lone = cfg_.lone_retainer;
+  const int n_locks = lone ? 1 : 1 + static_cast<int>(rng_.below(4));
+  const int n_slots = lone ? 1 : 3 + static_cast<int>(rng_.below(6));
   static const std::uint32_t commit_w[] = {2, 5, 15, 60};
   static const std::uint32_t fault_w[] = {0, 1, 2, 4};
   w_commit_ = commit_w[rng_.below(4)];
@@ -64,25 +65,25 @@ void World::setup() {
     slots_.push_back(std::move(s));
   }
   for (int i = 0; i < n_slots; ++i) {
-    const int kinds = 1 + static_cast<int>(rng_.below(2));
+    const int kinds = lone ? 1 : 1 + static_cast<int>(rng_.below(2));
     for (int k = 0; k < kinds; ++k) {
       Actor a;
       a.slot = i;
       a.owner = "owner-" + std::to_string(actors_.size());
-      a.mode = rng_.chance(350) ? Mode::shared : Mode::exclusive;
+      a.mode = !lone && rng_.chance(350) ? Mode::shared : Mode::exclusive;
       a.policy = rng_.chance(150) ? LossPolicy::strict : LossPolicy::tolerant;
       a.wake = rng_.below(20);
-      if (n_locks >= 2 && rng_.chance(250)) {
+      if (!lone && n_locks >= 2 && rng_.chance(250)) {
         a.kind = Actor::multi;
         for (int l = 0; l < n_locks; ++l) {
           if (rng_.chance(600)) a.locks.push_back(l);
         }
         if (a.locks.size() < 2) a.locks = {0, n_locks - 1};
       }
-      a.retains = a.kind == Actor::single && a.mode == Mode::exclusive && rng_.chance(400);
+      a.retains = lone || (a.kind == Actor::single && a.mode == Mode::exclusive && rng_.chance(400));
       actors_.push_back(std::move(a));
       // Pipelined: a second owner on the same session, started back to back.
-      if (actors_.back().kind == Actor::single && rng_.chance(400)) {
+      if (!lone && actors_.back().kind == Actor::single && rng_.chance(400)) {
         const int leader = static_cast<int>(actors_.size()) - 1;
         Actor b = actors_.back();
         b.owner = "owner-" + std::to_string(actors_.size());
@@ -339,6 +340,7 @@ SimResult World::run() {
   counters_.negative_suffixes = st.negative_suffixes;
   counters_.overlapping_creates = st.overlapping_creates;
   counters_.max_pipeline = st.max_pipeline;
+  counters_.max_child_watches = st.max_child_watches;
   r.counters = counters_;
   for (const auto& l : ring_) r.trace += l + "\n";
   return r;

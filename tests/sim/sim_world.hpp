@@ -37,6 +37,9 @@ struct SimConfig {
   // Invariant (3) also for a loss the machine had seen but not yet reported
   // when the user released (it waits for the revocation record first).
   bool strict_loss = false;  // ZKLOCK_SIM_STRICT_LOSS=1
+  // One session, one lock, one retaining exclusive actor: long runs of
+  // re-takes with nobody else queueing (faults as usual).
+  bool lone_retainer = false;
 };
 
 struct SimCounters {
@@ -48,6 +51,7 @@ struct SimCounters {
   std::uint64_t deferred_losses = 0;
   std::uint64_t quiet_losses = 0;  // releases of a deleted node with the session quiet (check_told judged)
   std::uint64_t retains = 0, retakes = 0, retakes_void = 0;  // releases kept idle; re-takes granted / voided
+  std::uint64_t max_child_watches = 0;  // SimZk::Stats::max_child_watches
   std::uint64_t tail_steps = 0;  // steps from the end of the faults until everything settled  // seen, unreported at the user's release (see strict_loss)
 };
 

@@ -1,5 +1,6 @@
 #include "sim_zk.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
@@ -125,7 +126,12 @@ void SimZk::serve_read(const Request& r) {
     }
   }
   if (r.kind == ReqKind::exists && r.watch) watches_[r.path].push_back(Watch{r.session, r.cookie, false});
-  if (r.kind == ReqKind::get_children && r.watch && n) child_watches_[r.path].push_back(Watch{r.session, r.cookie, false});
+  if (r.kind == ReqKind::get_children && r.watch && n) {
+    auto& ws = child_watches_[r.path];
+    ws.push_back(Watch{r.session, r.cookie, false});
+    const auto mine = std::count_if(ws.begin(), ws.end(), [&](const Watch& w) { return w.session == r.session; });
+    stats_.max_child_watches = std::max<std::uint64_t>(stats_.max_child_watches, static_cast<std::uint64_t>(mine));
+  }
   answer(r.session, r.id, std::move(rep));
 }
 

@@ -109,6 +109,10 @@ class SimZk {
   struct Stats {
     std::uint64_t negative_suffixes = 0, duplicate_suffixes = 0, commits = 0, max_pipeline = 0;
     std::uint64_t overlapping_creates = 0;  // sequential creates prepared while the parent had a pending change
+    // The most children-watch registrations one session held on one path at
+    // once, unfired: the C client keeps a callback for each watching call
+    // until the watch fires, so this must stay bounded.
+    std::uint64_t max_child_watches = 0;
   };
   struct Deleted {  // one node deleted by a commit: for the driver's bookkeeping
     std::string path;
