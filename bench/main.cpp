@@ -176,6 +176,7 @@ int main(int argc, char** argv) {
     if (connect.empty()) {
       zklock::test::ZkServerOptions so;
       so.java_heap_mb = 1024;
+      so.jvm_defaults = true;  // as zkServer.sh runs it: full JIT, the default collector
       // The benchmark's sessions ask for 30 s: the floor's listing storm
       // while thousands of waiters queue must not time connections out.
       so.max_session_timeout = std::chrono::milliseconds(60'000);

@@ -164,16 +164,16 @@ void ZkServer::launch() {
   if (fs::exists(kSlf4jSimple)) classpath += std::string(":") + kSlf4jSimple;
   for (const auto& jar : options_.extra_classpath) classpath += ":" + jar;
   SpawnOptions spawn;
-  spawn.argv = {options_.java,
-                "-Xmx" + std::to_string(options_.java_heap_mb) + "m",
-                "-XX:+UseSerialGC",
-                "-XX:TieredStopAtLevel=1",  // faster JVM start; the server is not CPU-bound in tests
-                "-Dorg.slf4j.simpleLogger.logFile=" + log_file().string(),
-                "-Dorg.slf4j.simpleLogger.showDateTime=true",
-                "-Dzookeeper.jmx.log4j.disable=true",
-                "-cp", classpath,
-                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-                (dir_ / "zoo.cfg").string()};
+  spawn.argv = {options_.java, "-Xmx" + std::to_string(options_.java_heap_mb) + "m"};
+  if (!options_.jvm_defaults) {
+    // Faster JVM start; the server is not CPU-bound in tests.
+    spawn.argv.insert(spawn.argv.end(), {"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"});
+  }
+  spawn.argv.insert(spawn.argv.end(), {"-Dorg.slf4j.simpleLogger.logFile=" + log_file().string(),
+                                       "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                                       "-Dzookeeper.jmx.log4j.disable=true", "-cp", classpath,
+                                       "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                                       (dir_ / "zoo.cfg").string()});
   spawn.output_file = dir_ / "zk.out";
   spawn.die_with_parent = !options_.detached;
   spawn.new_session = options_.detached;

@@ -35,6 +35,12 @@ struct ZkServerOptions {
   int port = 0;                           // client port; 0 picks a free one
   milliseconds ready_timeout{30000};      // bound for start()/wait_ready()
   int java_heap_mb = 256;
+  // The JVM's own defaults for the JIT and the collector, as zkServer.sh
+  // runs ZooKeeper, instead of the quick-start settings (C1 only, serial GC)
+  // that suit short tests. For benchmarks: a C1-only server spends several
+  // times the CPU per request, and on a small machine that CPU is taken from
+  // the clients being measured.
+  bool jvm_defaults = false;
   std::string java = detail::java_binary();
   std::string zk_jar = detail::kZkJar;
 

@@ -71,7 +71,9 @@ scripts/zk-server runs the zklock-zk-server program, building it first if
 needed, from ZKLOCK_BUILD_DIR (default: build/ in the repository).
 
 Environment: JAVA (default: the java found at build time), ZK_JAR (default
-/usr/share/java/zookeeper.jar), ZK_HEAP_MB (default 256).
+/usr/share/java/zookeeper.jar), ZK_HEAP_MB (default 256), ZK_JVM_DEFAULTS=1
+(the JVM's default JIT and collector, as zkServer.sh runs ZooKeeper, instead
+of the tests' quick-start settings: for benchmarks).
 )usage";
 
 // Bad usage: exit 2 with a pointer to --help.
@@ -128,6 +130,11 @@ ZkServerOptions run_options() {
     } catch (const std::exception&) {
       throw HarnessError(std::string("ZK_HEAP_MB must be megabytes, not '") + v + "'");
     }
+  }
+  if (const char* v = std::getenv("ZK_JVM_DEFAULTS"); v != nullptr && *v != '\0') {
+    const std::string s = v;
+    if (s != "0" && s != "1") throw HarnessError("ZK_JVM_DEFAULTS must be 0 or 1, not '" + s + "'");
+    o.jvm_defaults = s == "1";
   }
   return o;
 }
