@@ -41,9 +41,11 @@ Executor::TimerId Executor::schedule_at(Clock::time_point when, Task fn) {
 }
 
 void Executor::cancel(TimerId id) {
+  Task dropped;  // destroyed after the lock, declared before it
   std::lock_guard lk(timer_mu_);
   const auto found = timer_index_.find(id);
   if (found == timer_index_.end()) return;  // ran already, or never was
+  dropped = std::move(found->second->second.second);
   timers_.erase(found->second);
   timer_index_.erase(found);
 }
@@ -105,6 +107,11 @@ void Executor::timer_loop() {
     }
     lk.lock();
   }
+}
+
+std::size_t Executor::pending_timers() {
+  std::lock_guard lk(timer_mu_);
+  return timers_.size();
 }
 
 void Executor::post(Task fn) {

@@ -58,10 +58,14 @@ class Executor {
   // Due now, after every task deferred before it: never runs inline, so the
   // caller may hold its own locks.
   TimerId defer(Task fn) { return schedule_at(Clock::time_point::min(), std::move(fn)); }
-  // Drops the task if it has not started; a no-op otherwise.
+  // Drops the task if it has not started; a no-op otherwise. The task is
+  // destroyed after the executor's lock is released: what it captured may
+  // call back into the executor when it goes.
   void cancel(TimerId id);
   // `fn` runs on the callback thread, after every callback posted before it.
   void post(Task fn);
+  // Timers and deferred tasks not yet run (diagnostics and tests).
+  std::size_t pending_timers();
 
  private:
   void timer_loop();

@@ -104,6 +104,32 @@ TEST_F(ExecutorTest, CancelledTimerNeverRuns) {
   EXPECT_EQ(events(), std::vector<std::string>{"kept"});
 }
 
+// A cancelled task is destroyed after the executor's lock is released: what
+// it captured may call back into the executor as it goes (a lock attempt
+// whose last reference sat in its keep-alive timer cancels its own timers).
+// Destroyed under the lock, this cancel would deadlock on itself.
+TEST_F(ExecutorTest, ACancelledTaskMayCallBackIntoTheExecutorAsItGoes) {
+  struct CallsBack {
+    Executor* ex;
+    std::atomic<bool>* gone;
+    ~CallsBack() {
+      ex->cancel(98765);
+      ex->defer([] {});
+      gone->store(true);
+    }
+  };
+  std::atomic<bool> gone{false};
+  const auto id = ex.schedule_at(Clock::now() + 1h, [p = std::make_shared<CallsBack>(&ex, &gone)] {});
+  // On another thread, so that a deadlock fails the test instead of hanging it here.
+  auto done = std::make_shared<std::promise<void>>();
+  std::thread([this, id, done] {
+    ex.cancel(id);
+    done->set_value();
+  }).detach();
+  ASSERT_EQ(done->get_future().wait_for(5s), std::future_status::ready) << "cancel deadlocked destroying its task";
+  EXPECT_TRUE(gone.load());
+}
+
 // The loop is woken only for a deadline earlier than the one it sleeps
 // until: an earlier timer added while it sleeps toward a far one still runs
 // on time, and one that already ran can no longer be cancelled (the index is
