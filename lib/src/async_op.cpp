@@ -64,11 +64,15 @@ Handle::~Handle() {
   watches.clear();
 }
 
-std::size_t Client::Impl::armed_watches() {
+Client::Impl::Census Client::Impl::census() {
+  Census c;
+  c.timers = executor_.pending_timers();
   std::shared_lock lk(handle_mu_);
-  if (handle_ == nullptr) return 0;
+  if (handle_ == nullptr) return c;
   std::lock_guard wl(handle_->watches_mu);
-  return handle_->watches.size();
+  c.watches = handle_->watches.size();
+  c.requests = handle_->pending.size();
+  return c;
 }
 
 void Client::Impl::issue(const std::function<int(zhandle_t*, Handle*)>& fn, std::function<void(int)> fail) {

@@ -101,9 +101,15 @@ struct Client::Impl {
   // (nothing will call the completion), `fail(rc)` runs on the timer thread.
   void issue(const std::function<int(zhandle_t*, Handle*)>& issue, std::function<void(int)> fail);
   const ACL_vector* acl() const { return acl_.get(); }
-  // Watch callbacks of the current session not yet fired: one per watching
-  // call, as the C client keeps them (diagnostics and tests).
-  std::size_t armed_watches();
+  // What this client holds now (diagnostics and tests): watch callbacks of
+  // the current session not yet fired (one per watching call, as the C
+  // client keeps them), requests not yet answered, and timers not yet run.
+  // After use, each must come back to what an idle client holds.
+  struct Census {
+    std::size_t watches = 0, requests = 0, timers = 0;
+  };
+  Census census();
+  std::size_t armed_watches() { return census().watches; }
 
   // Recipes learn which session an answer belongs to from this, valid inside
   // a ZooKeeper callback only.

@@ -191,7 +191,17 @@ void LockAttempt::execute_locked(LockMachine::Commands cmds) {
   const auto phase = machine_->phase();
   const bool over = phase == LockMachine::Phase::failed || phase == LockMachine::Phase::released ||
                     phase == LockMachine::Phase::releasing || phase == LockMachine::Phase::ending;
-  if (over && !machine_->finished()) keep_alive_while_cleaning();
+  if (over && !machine_->finished()) {
+    keep_alive_while_cleaning();
+  } else if (keeping_alive_ && machine_->finished()) {
+    // Cleaned up: drop the timer now rather than let it fire (a timer-thread
+    // wake per release, and the attempt held for a session timeout). The
+    // outbox keeps us alive until mu_ is released (execute_locked always
+    // runs inside locked()), so the timer's reference is never the last.
+    keeping_alive_ = false;
+    outbox_.push_back([keep = shared_from_this()] {});
+    impl_->cancel(std::exchange(keep_alive_timer_, 0));
+  }
 }
 
 void LockAttempt::report_locked(const MachineCommand& c) {
@@ -266,12 +276,13 @@ void LockAttempt::report_locked(const MachineCommand& c) {
 void LockAttempt::keep_alive_while_cleaning() {
   if (keeping_alive_) return;
   keeping_alive_ = true;
-  impl_->schedule_at(Clock::now() + std::max(impl_->negotiated(), std::chrono::milliseconds(100)),
-                     [self = shared_from_this()] {
-                       std::lock_guard lk(self->mu_);
-                       self->keeping_alive_ = false;
-                       if (!self->machine_->finished()) self->keep_alive_while_cleaning();
-                     });
+  keep_alive_timer_ = impl_->schedule_at(Clock::now() + std::max(impl_->negotiated(), std::chrono::milliseconds(100)),
+                                         [self = shared_from_this()] {
+                                           std::lock_guard lk(self->mu_);
+                                           self->keeping_alive_ = false;
+                                           self->keep_alive_timer_ = 0;
+                                           if (!self->machine_->finished()) self->keep_alive_while_cleaning();
+                                         });
 }
 
 void LockAttempt::finish_locked() {

@@ -170,6 +170,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   std::unique_ptr<std::stop_callback<std::function<void()>>> stop_cb_;
   bool registered_ = false;
   bool keeping_alive_ = false;
+  Client::Impl::TimerId keep_alive_timer_ = 0;  // GUARDED_BY(mu_): while keeping_alive_
   // Keeps a pending attempt alive: while waiting, only weak references sit
   // in ZooKeeper's watch table. Cleared when the outcome is delivered.
   std::shared_ptr<LockAttempt> pending_self_;
