@@ -89,10 +89,16 @@ void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std:
   });
 }
 
-// exists() with a watch; a deletion is fed as `fired` with the request's tag.
-// Any other notification (the data changed: a retained node re-taken by its
-// owner) re-arms the watch — or, for our own node, goes to the machine
+// A data read with a watch; a deletion is fed as `fired` with the request's
+// tag. Any other notification (the data changed: a retained node re-taken by
+// its owner) re-arms the watch — or, for our own node, goes to the machine
 // (own_changed), which decides whether to watch again.
+//
+// getData, not exists: on a node already gone, exists leaves a watch for the
+// node's creation, which for a sequential name never comes. The C client
+// keeps that callback for the rest of the session: one more for every
+// blocker that went before we looked (a common race in a hand-off). getData
+// sets no watch then, and answers no_node all the same.
 void watch_deletion(Client::Impl* impl, std::weak_ptr<LockAttempt> weak, std::uint64_t tag, Kind answered,
                     Kind fired, std::string path) {
   auto on_event = [impl, weak, tag, answered, fired, path](const WatchEvent& e) {
@@ -112,7 +118,7 @@ void watch_deletion(Client::Impl* impl, std::weak_ptr<LockAttempt> weak, std::ui
     ev.tag = tag;
     s->feed(ev);
   };
-  impl->exists(path, std::move(on_event), [weak, tag, answered](Status st, const Stat&) {
+  impl->get(path, std::move(on_event), [weak, tag, answered](Status st, std::string, const Stat&) {
     if (auto s = weak.lock()) s->feed(answer(answered, tag, st));
   });
 }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "client_impl.hpp"  // Client::Impl::census (lib/src)
 #include "zk_harness.hpp"
@@ -84,6 +85,23 @@ TEST(Census, RetainedReTakesLeaveNothingBehind) {
   EXPECT_LE(after.timers, retained.timers);
   m.reset();  // ends the retention: the node is released for real
   EXPECT_TRUE(back_to(c, idle, 2s));
+}
+
+// Hand-offs between two clients, each waiting on the other's node: the
+// waiter's watches fire or are answered, and every attempt goes.
+TEST(Census, HandOffsLeaveNothingBehind) {
+  Client a(opts()), b(opts());
+  const auto idle_a = census(a), idle_b = census(b);
+  const auto path = unique_lock_path("census-handoff");
+  FairMutex ma(a, path), mb(b, path);
+  constexpr int kRounds = 50;
+  std::thread other([&] {
+    for (int i = 0; i < kRounds; ++i) mb.acquire().release();
+  });
+  for (int i = 0; i < kRounds; ++i) ma.acquire().release();
+  other.join();
+  EXPECT_TRUE(back_to(a, idle_a, 2s));
+  EXPECT_TRUE(back_to(b, idle_b, 2s));
 }
 
 }  // namespace

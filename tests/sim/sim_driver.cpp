@@ -182,7 +182,7 @@ void World::execute(int id, const MachineCommand& c) {
     }
     case Cmd::watch_blocker:
     case Cmd::watch_own:
-      r.kind = ReqKind::exists;
+      r.kind = ReqKind::get_data;  // as the shell: no watch is left on a node already gone
       r.path = lock + "/" + c.name;
       r.watch = true;
       rt.path = r.path;

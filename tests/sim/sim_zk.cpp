@@ -79,7 +79,8 @@ void SimZk::send(Request req) {
   auto& ss = sessions_.at(req.session);
   if (!ss.alive || !ss.connected) model_bug("send on a disconnected session");
   ss.unanswered.insert(req.id);
-  if ((req.kind == ReqKind::exists || req.kind == ReqKind::get_children) && req.watch) {
+  if ((req.kind == ReqKind::exists || req.kind == ReqKind::get_data || req.kind == ReqKind::get_children) &&
+      req.watch) {
     ss.watch_paths[req.id] = {req.path, req.kind == ReqKind::get_children};
   }
   ss.outbound.push_back(std::move(req));
@@ -125,7 +126,10 @@ void SimZk::serve_read(const Request& r) {
       for (std::size_t i = rep.children.size(); i > 1; --i) std::swap(rep.children[i - 1], rep.children[rng_.below(i)]);
     }
   }
-  if (r.kind == ReqKind::exists && r.watch) watches_[r.path].push_back(Watch{r.session, r.cookie, false});
+  // exists watches a missing node for its creation; getData watches only a node that exists.
+  if (r.watch && (r.kind == ReqKind::exists || (r.kind == ReqKind::get_data && n))) {
+    watches_[r.path].push_back(Watch{r.session, r.cookie, false});
+  }
   if (r.kind == ReqKind::get_children && r.watch && n) {
     auto& ws = child_watches_[r.path];
     ws.push_back(Watch{r.session, r.cookie, false});
