@@ -22,7 +22,8 @@ void drop_watch(Handle* h, WatchCtx* w) {
 
 WatchCtx* arm_watch(Handle* h, Watcher fn) {
   if (!fn) return nullptr;
-  auto* w = new WatchCtx{std::move(fn), h};
+  static std::atomic<std::uint64_t> next_id{0};
+  auto* w = new WatchCtx{std::move(fn), h, ++next_id};
   std::lock_guard lk(h->watches_mu);
   h->watches.insert(w);
   return w;

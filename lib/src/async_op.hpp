@@ -64,6 +64,7 @@ struct OpCtx : OpBase {
 struct WatchCtx {
   Watcher fn;
   Handle* h = nullptr;
+  std::uint64_t id = 0;  // unique in the process (Client::Impl::WatchRef)
 };
 // Registers a watch context with `h`; nullptr for no watcher.
 WatchCtx* arm_watch(Handle* h, Watcher fn);

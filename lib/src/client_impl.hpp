@@ -167,7 +167,23 @@ struct Client::Impl {
   void get_children(std::string path, Watcher watch,
                     std::function<void(Status, std::vector<std::string>)> done);
   void exists(std::string path, Watcher watch, std::function<void(Status, const Stat&)> done);
-  void get(std::string path, Watcher watch, std::function<void(Status, std::string, const Stat&)> done);
+  // A data watch armed by get(): which session, which callback (a key only,
+  // never dereferenced unless still registered), and a unique id against a
+  // reused address. Empty (ctx null) when no watch was armed.
+  struct WatchRef {
+    std::uint64_t epoch = 0;
+    const void* ctx = nullptr;
+    std::uint64_t id = 0;
+    std::string path;
+  };
+  void get(std::string path, Watcher watch, std::function<void(Status, std::string, const Stat&)> done,
+           WatchRef* armed = nullptr);
+  // Takes back a data watch of get() that has not fired: the C client forgets
+  // the callback at once, locally, with no request (the server's watch, if
+  // any, fires later to nobody). A no-op for a watch that fired, or of
+  // another session. A waiter that gives up uses it, so the node it waited
+  // for does not collect one callback per abandoned wait until it goes.
+  void unwatch(const WatchRef& ref);
   void set_data(std::string path, std::string data, int version, std::function<void(Status, const Stat&)> done);
   void remove(std::string path, int version, std::function<void(Status)> done);
   void multi(std::vector<Op> ops, std::function<void(Status, std::vector<OpResult>)> done);

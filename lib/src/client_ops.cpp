@@ -157,9 +157,12 @@ void Client::Impl::exists(std::string path, Watcher watch, StatDone done) {
   });
 }
 
-void Client::Impl::get(std::string path, Watcher watch, GetDone done) {
+void Client::Impl::get(std::string path, Watcher watch, GetDone done, WatchRef* armed) {
   using Ctx = OpCtx<GetDone>;
   send_op<Ctx>(this, std::move(done), std::move(watch), [&](zhandle_t* zh, Ctx* ctx, ArmedWatch w) {
+    if (armed != nullptr && w.ctx != nullptr) {  // read before the request goes: then it may fire
+      *armed = WatchRef{epoch(), w.ctx, static_cast<WatchCtx*>(w.ctx)->id, path};
+    }
     return zoo_awget(
         zh, path.c_str(), w.fn, w.ctx,
         [](int rc, const char* value, int len, const ::Stat* st, const void* d) noexcept {
@@ -169,6 +172,24 @@ void Client::Impl::get(std::string path, Watcher watch, GetDone done) {
         },
         ctx);
   });
+}
+
+void Client::Impl::unwatch(const WatchRef& ref) {
+  if (ref.ctx == nullptr) return;
+  std::shared_lock lk(handle_mu_);
+  if (handle_ == nullptr || handle_->epoch != ref.epoch) return;  // gone with its session
+  Handle* h = handle_.get();
+  // Under watches_mu throughout: the trampoline frees a fired watch only
+  // after taking it, so `w` cannot be freed (nor its address reused) here.
+  std::lock_guard wl(h->watches_mu);
+  auto* w = static_cast<WatchCtx*>(const_cast<void*>(ref.ctx));
+  if (h->watches.count(w) == 0 || w->id != ref.id) return;  // fired, or never set
+  // local = 1: removed from the C client's tables now, no request. Not found
+  // (ZNOWATCHER) when its event is already queued, or its getData not yet
+  // answered: then the event, or the next change, frees it as usual.
+  if (zoo_remove_watches(h->zh.get(), ref.path.c_str(), ZWATCHTYPE_DATA, watch_trampoline, w, 1) != ZOK) return;
+  h->watches.erase(w);
+  delete w;
 }
 
 void Client::Impl::set_data(std::string path, std::string data, int version, StatDone done) {

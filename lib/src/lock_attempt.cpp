@@ -288,6 +288,7 @@ void LockAttempt::keep_alive_while_cleaning() {
 void LockAttempt::finish_locked() {
   if (timer_ != 0) impl_->cancel(timer_);
   timer_ = 0;
+  impl_->unwatch(std::exchange(blocker_watch_, {}));
   if (registered_) {
     std::lock_guard lk(g_registry_mu);
     g_registry.erase(attempt_key(impl_, req_.lock_path, owner_));

@@ -101,6 +101,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
 
   // Feeds one event to the machine and executes its commands (takes mu_).
   void feed(const MachineEvent& ev);
+  void note_blocker_watch(std::uint64_t tag, Client::Impl::WatchRef ref);  // the re-armed blocker watch
   // An idle retained node is released for real, in the background.
   void end_retention();
 
@@ -171,6 +172,11 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   bool registered_ = false;
   bool keeping_alive_ = false;
   Client::Impl::TimerId keep_alive_timer_ = 0;  // GUARDED_BY(mu_): while keeping_alive_
+  // The latest blocker's watch, taken back when the attempt ends before it
+  // fires (Client::Impl::unwatch): a waiter that gives up leaves nothing on
+  // the node it waited for.
+  Client::Impl::WatchRef blocker_watch_;  // GUARDED_BY(mu_)
+  std::uint64_t blocker_tag_ = 0;         // GUARDED_BY(mu_): its request's tag
   // Keeps a pending attempt alive: while waiting, only weak references sit
   // in ZooKeeper's watch table. Cleared when the outcome is delivered.
   std::shared_ptr<LockAttempt> pending_self_;

@@ -99,8 +99,10 @@ void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std:
 // keeps that callback for the rest of the session: one more for every
 // blocker that went before we looked (a common race in a hand-off). getData
 // sets no watch then, and answers no_node all the same.
-void watch_deletion(Client::Impl* impl, std::weak_ptr<LockAttempt> weak, std::uint64_t tag, Kind answered,
-                    Kind fired, std::string path) {
+// Returns the watch armed (a blocker's is taken back if the attempt ends
+// first: LockAttempt::blocker_watch_).
+Client::Impl::WatchRef watch_deletion(Client::Impl* impl, std::weak_ptr<LockAttempt> weak, std::uint64_t tag,
+                                      Kind answered, Kind fired, std::string path) {
   auto on_event = [impl, weak, tag, answered, fired, path](const WatchEvent& e) {
     auto s = weak.lock();
     if (!s) return;
@@ -111,16 +113,21 @@ void watch_deletion(Client::Impl* impl, std::weak_ptr<LockAttempt> weak, std::ui
       return;
     }
     if (e.type != WatchEvent::Type::deleted) {
-      watch_deletion(impl, weak, tag, answered, fired, path);
+      s->note_blocker_watch(tag, watch_deletion(impl, weak, tag, answered, fired, path));
       return;
     }
     MachineEvent ev{fired};
     ev.tag = tag;
     s->feed(ev);
   };
-  impl->get(path, std::move(on_event), [weak, tag, answered](Status st, std::string, const Stat&) {
-    if (auto s = weak.lock()) s->feed(answer(answered, tag, st));
-  });
+  Client::Impl::WatchRef armed;
+  impl->get(
+      path, std::move(on_event),
+      [weak, tag, answered](Status st, std::string, const Stat&) {
+        if (auto s = weak.lock()) s->feed(answer(answered, tag, st));
+      },
+      &armed);
+  return armed;
 }
 
 }  // namespace
@@ -213,7 +220,12 @@ void LockAttempt::send_locked(const MachineCommand& c) {
       break;
     }
     case Cmd::watch_blocker:
-      watch_deletion(impl_, weak, tag, Kind::blocker_checked, Kind::blocker_deleted, child_path(c.name));
+      // The machine follows only its latest blocker: an earlier watch, if
+      // it has not fired, is taken back.
+      impl_->unwatch(blocker_watch_);
+      blocker_watch_ =
+          watch_deletion(impl_, weak, tag, Kind::blocker_checked, Kind::blocker_deleted, child_path(c.name));
+      blocker_tag_ = tag;
       break;
     case Cmd::watch_own:
       watch_deletion(impl_, weak, tag, Kind::own_checked, Kind::own_deleted, child_path(c.name));
@@ -242,6 +254,13 @@ void LockAttempt::send_locked(const MachineCommand& c) {
     default:
       break;
   }
+}
+
+// A blocker's watch re-armed after a data change (a retained node re-taken).
+void LockAttempt::note_blocker_watch(std::uint64_t tag, Client::Impl::WatchRef ref) {
+  locked([&] {
+    if (tag == blocker_tag_) blocker_watch_ = std::move(ref);
+  });
 }
 
 // A listing issued after every request this attempt has sent so far.
