@@ -289,6 +289,7 @@ void LockAttempt::finish_locked() {
   if (timer_ != 0) impl_->cancel(timer_);
   timer_ = 0;
   impl_->unwatch(std::exchange(blocker_watch_, {}));
+  blocker_tag_ = 0;
   if (registered_) {
     std::lock_guard lk(g_registry_mu);
     g_registry.erase(attempt_key(impl_, req_.lock_path, owner_));

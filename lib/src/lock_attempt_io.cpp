@@ -256,10 +256,13 @@ void LockAttempt::send_locked(const MachineCommand& c) {
   }
 }
 
-// A blocker's watch re-armed after a data change (a retained node re-taken).
+// A blocker's watch re-armed after a data change (a retained node re-taken):
+// kept if that blocker is still the one we wait for, else taken back (the
+// attempt ended, or follows another blocker, meanwhile).
 void LockAttempt::note_blocker_watch(std::uint64_t tag, Client::Impl::WatchRef ref) {
   locked([&] {
-    if (tag == blocker_tag_) blocker_watch_ = std::move(ref);
+    if (tag != 0 && tag == blocker_tag_) blocker_watch_ = std::move(ref);
+    else impl_->unwatch(ref);
   });
 }
 
