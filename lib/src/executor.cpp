@@ -33,10 +33,13 @@ Executor::TimerId Executor::schedule_at(Clock::time_point when, Task fn) {
   const auto id = next_timer_++;
   const auto it = timers_.emplace(when, std::make_pair(id, std::move(fn)));
   timer_index_.emplace(id, it);
-  // The loop sleeps until the earliest deadline: wake it only for an earlier
-  // one (a deferred task always is). A lock acquisition schedules a timer or
-  // two, and waking the thread for each cost a context switch.
-  if (it == timers_.begin()) timer_cv_.notify_one();
+  // Wake the loop only for a deadline earlier than the one it sleeps until
+  // (a deferred task always is). Not merely the earliest now: a timer
+  // cancelled and replaced by a later one (a retained lock's retain timer,
+  // on every re-take and release) leaves the loop sleeping until the old
+  // deadline, which comes first anyway; waking it for each cost a context
+  // switch per lock operation.
+  if (when < sleeping_until_) timer_cv_.notify_one();
   return id;
 }
 
@@ -85,7 +88,9 @@ void Executor::timer_loop() {
       return;
     }
     if (timers_.empty()) {
+      sleeping_until_ = Clock::time_point::max();
       timer_cv_.wait(lk);
+      sleeping_until_ = Clock::time_point::min();
       continue;
     }
     auto it = timers_.begin();
@@ -93,7 +98,9 @@ void Executor::timer_loop() {
       // By value: cancel() may erase this entry while we wait, and
       // wait_until reads its deadline again after waking.
       const auto when = it->first;
+      sleeping_until_ = when;
       timer_cv_.wait_until(lk, when);
+      sleeping_until_ = Clock::time_point::min();
       continue;
     }
     {

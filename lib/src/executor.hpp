@@ -82,6 +82,9 @@ class Executor {
   std::unordered_map<TimerId, Timers::iterator> timer_index_;  // GUARDED_BY(timer_mu_): every entry of timers_
   TimerId next_timer_ = 1;                                      // GUARDED_BY(timer_mu_)
   bool timer_stop_ = false;                                             // GUARDED_BY(timer_mu_)
+  // The deadline the loop sleeps until (max: no timer; min: awake, it will
+  // look at the timers before sleeping again). GUARDED_BY(timer_mu_)
+  Clock::time_point sleeping_until_ = Clock::time_point::min();
   std::thread timer_thread_;
 
   std::mutex user_mu_;

@@ -104,6 +104,22 @@ TEST_F(ExecutorTest, CancelledTimerNeverRuns) {
   EXPECT_EQ(events(), std::vector<std::string>{"kept"});
 }
 
+// A timer that replaces a cancelled earlier one (a retain timer, on every
+// re-take and release) does not wake the loop, which still sleeps until the
+// cancelled deadline; it runs on time all the same, after that deadline.
+TEST_F(ExecutorTest, ATimerReplacingACancelledEarlierOneStillRunsOnTime) {
+  const auto first = ex.schedule_at(Clock::now() + 40ms, [&] { note("cancelled"); });
+  settle(ex);  // the loop now sleeps toward `first`
+  ex.cancel(first);
+  std::promise<Clock::time_point> ran;
+  const auto due = Clock::now() + 80ms;
+  ex.schedule_at(due, [&] { ran.set_value(Clock::now()); });
+  auto when = ran.get_future();
+  ASSERT_EQ(when.wait_for(5s), std::future_status::ready);
+  EXPECT_GE(when.get(), due);
+  EXPECT_TRUE(events().empty());
+}
+
 // A cancelled task is destroyed after the executor's lock is released: what
 // it captured may call back into the executor as it goes (a lock attempt
 // whose last reference sat in its keep-alive timer cancels its own timers).
