@@ -38,6 +38,7 @@ struct OpBase {
   // The handle's connection count when the request was issued (Handle::
   // connection): an answer is evidence for the bound only on that connection.
   std::uint64_t connection = 0;
+  std::uint64_t watch_id = 0;  // watch->id, to know it again at the completion
   // The context crosses from the issuing thread to the C client's completion
   // thread. The library queues it under its own mutexes, but ThreadSanitizer
   // does not see a happens-before on every path through the uninstrumented
@@ -65,6 +66,10 @@ struct WatchCtx {
   Watcher fn;
   Handle* h = nullptr;
   std::uint64_t id = 0;  // unique in the process (Client::Impl::WatchRef)
+  // Set (to its path) by Client::Impl::unwatch when the watch could not be
+  // taken back yet because its read was unanswered: the read's completion
+  // takes it back then (settle_abandoned). GUARDED_BY(h->watches_mu)
+  std::string abandoned_path;
 };
 // Registers a watch context with `h`; nullptr for no watcher.
 WatchCtx* arm_watch(Handle* h, Watcher fn);
@@ -77,6 +82,9 @@ struct ArmedWatch {
 
 // Unregisters and frees `w` (if any) unless its event already did.
 void drop_watch(Handle* h, WatchCtx* w);
+// The read that set watch `id` (at `w`) was answered and the watch is set:
+// if it was given up meanwhile (WatchCtx::abandoned_path), take it back now.
+void settle_abandoned(Handle* h, WatchCtx* w, std::uint64_t id);
 void untrack(Handle* h, const void* ctx);
 
 // For a request the C client refused: nothing will complete it.
@@ -133,6 +141,7 @@ std::unique_ptr<Ctx> begin_completion(const void* data, int rc, bool watch_regis
   untrack(ctx->h, ctx.get());
   if (leader_ordered && server_answered(rc)) ctx->impl->note_ordered(ctx->h, ctx->sent, ctx->connection);
   if (!watch_registered) drop_watch(ctx->h, ctx->watch);
+  else if (ctx->watch != nullptr) settle_abandoned(ctx->h, ctx->watch, ctx->watch_id);
   return ctx;
 }
 
@@ -174,7 +183,8 @@ void send_op(Client::Impl* impl, typename Ctx::done_type done, Watcher watch, Se
       [&](zhandle_t* zh, Handle* h) {
         WatchCtx* w = arm_watch(h, std::move(watch));
         const ArmedWatch armed{w ? watch_trampoline : nullptr, w};
-        auto* ctx = new Ctx{{impl, h, Clock::now(), w, h->connection.load()}, *shared_done, std::move(extra)};
+        auto* ctx = new Ctx{{impl, h, Clock::now(), w, h->connection.load(), w ? w->id : 0}, *shared_done,
+                            std::move(extra)};
         return send_tracked(h, ctx, fail, [&](Ctx* c) { return send(zh, c, armed); });
       },
       fail);

@@ -117,8 +117,12 @@ TEST(Census, AbandonedWaitsLeaveNothingBehind) {
   FairMutex mh(holder, path), m(c, path);
   Lease held = mh.acquire();
   ASSERT_TRUE(back_to(c, kIdle, 2s)) << "a fresh client";
-  constexpr int kTries = 30;
-  for (int i = 0; i < kTries; ++i) ASSERT_FALSE(m.try_acquire_for(20ms));
+  constexpr int kTries = 60;
+  // Timeouts from 0 to 2 ms end some waits while the watch's read is still
+  // unanswered (its answer then takes the watch back); 20 ms ones after.
+  for (int i = 0; i < kTries; ++i) {
+    ASSERT_FALSE(m.try_acquire_for(i % 4 == 3 ? 20ms : std::chrono::milliseconds(i % 4)));
+  }
   std::printf("[ census   ] after %d abandoned waits on a held lock: %s (idle: %s)\n", kTries,
               show(census(c)).c_str(), show(kIdle).c_str());
   EXPECT_TRUE(back_to(c, kIdle, 2s));
