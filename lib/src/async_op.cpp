@@ -20,15 +20,19 @@ void drop_watch(Handle* h, WatchCtx* w) {
   if (h->watches.erase(w) > 0) delete w;
 }
 
+bool take_back_locked(Handle* h, WatchCtx* w, const std::string& path) {
+  // local = 1: removed from the C client's tables now, no request.
+  if (zoo_remove_watches(h->zh.get(), path.c_str(), ZWATCHTYPE_DATA, watch_trampoline, w, 1) != ZOK) return false;
+  h->watches.erase(w);
+  delete w;
+  return true;
+}
+
 void settle_abandoned(Handle* h, WatchCtx* w, std::uint64_t id) {
   std::lock_guard lk(h->watches_mu);
   // Still registered (not fired), the same watch (not a reused address)?
   if (h->watches.count(w) == 0 || w->id != id || w->abandoned_path.empty()) return;
-  if (zoo_remove_watches(h->zh.get(), w->abandoned_path.c_str(), ZWATCHTYPE_DATA, watch_trampoline, w, 1) != ZOK) {
-    return;  // its event is queued: the trampoline frees it
-  }
-  h->watches.erase(w);
-  delete w;
+  take_back_locked(h, w, w->abandoned_path);  // false: its event is queued, the trampoline frees it
 }
 
 WatchCtx* arm_watch(Handle* h, Watcher fn) {

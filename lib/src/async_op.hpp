@@ -85,6 +85,11 @@ void drop_watch(Handle* h, WatchCtx* w);
 // The read that set watch `id` (at `w`) was answered and the watch is set:
 // if it was given up meanwhile (WatchCtx::abandoned_path), take it back now.
 void settle_abandoned(Handle* h, WatchCtx* w, std::uint64_t id);
+// REQUIRES h->watches_mu, `w` registered with `h`: removes data watch `w` on
+// `path` from the C client (locally, no request) and frees it. False when
+// the C client does not hold it (its event is queued, or its read is not
+// answered yet): then `w` stays.
+bool take_back_locked(Handle* h, WatchCtx* w, const std::string& path);
 void untrack(Handle* h, const void* ctx);
 
 // For a request the C client refused: nothing will complete it.

@@ -184,16 +184,10 @@ void Client::Impl::unwatch(const WatchRef& ref) {
   std::lock_guard wl(h->watches_mu);
   auto* w = static_cast<WatchCtx*>(const_cast<void*>(ref.ctx));
   if (h->watches.count(w) == 0 || w->id != ref.id) return;  // fired, or never set
-  // local = 1: removed from the C client's tables now, no request. Not found
-  // (ZNOWATCHER) when its event is already queued (the trampoline frees it),
-  // or its getData is not answered yet: then that answer's completion takes
-  // it back (settle_abandoned).
-  if (zoo_remove_watches(h->zh.get(), ref.path.c_str(), ZWATCHTYPE_DATA, watch_trampoline, w, 1) != ZOK) {
-    w->abandoned_path = ref.path;
-    return;
-  }
-  h->watches.erase(w);
-  delete w;
+  // Not taken back when its event is already queued (the trampoline frees
+  // it) or its getData is not answered yet: then that answer's completion
+  // takes it back (settle_abandoned).
+  if (!take_back_locked(h, w, ref.path)) w->abandoned_path = ref.path;
 }
 
 void Client::Impl::set_data(std::string path, std::string data, int version, StatDone done) {

@@ -6,6 +6,7 @@
 // client (Client::Impl::census), against a real ZooKeeper.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
