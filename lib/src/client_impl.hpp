@@ -54,6 +54,9 @@
 #include "zklock/client.hpp"
 
 namespace zklock {
+namespace detail {
+struct AttemptTables;
+}
 
 // Session events seen by recipes. validity_expired: valid_until() passed —
 // while disconnected, while paused, or with the connection intact — and no
@@ -202,6 +205,9 @@ struct Client::Impl {
   std::shared_ptr<spdlog::logger> log;
   ClientOptions opts;
   std::string owner_prefix;
+  // The lock recipe's tables for this client (attempt_tables.hpp). Declared
+  // before the handle and the executor, so it outlives their last callbacks.
+  const std::shared_ptr<detail::AttemptTables> attempt_tables;
 
   // state, guarded by mu_
   mutable std::mutex mu_;

@@ -9,10 +9,9 @@
 #include <unistd.h>
 
 #include <future>
-#include <set>
-#include <unordered_map>
 #include <utility>
 
+#include "attempt_tables.hpp"
 #include "zklock/protocol/node_data.hpp"
 
 namespace zklock::detail {
@@ -21,31 +20,20 @@ namespace {
 using Kind = MachineEvent::Kind;
 using Cmd = MachineCommand::Kind;
 
-// Owners with a live attempt per (client, lock): a second request by the same
-// owner for the same lock would wait for itself.
-std::mutex g_registry_mu;
-std::set<std::string> g_registry;  // GUARDED_BY(g_registry_mu)
-
-std::mutex g_seen_mu;
-std::unordered_map<std::string, bool> g_seen;  // GUARDED_BY(g_seen_mu): contended?
-
 }  // namespace
 
-Seen seen_before(const void* impl, const std::string& lock_path) {
-  std::lock_guard lk(g_seen_mu);
-  const auto it = g_seen.find(attempt_key(impl, lock_path));
-  return it == g_seen.end() ? Seen::nothing : it->second ? Seen::contended : Seen::free;
+Seen seen_before(Client::Impl* impl, const std::string& lock_path) {
+  auto& t = *impl->attempt_tables;
+  std::lock_guard lk(t.mu);
+  const auto it = t.seen.find(lock_path);
+  return it == t.seen.end() ? Seen::nothing : it->second ? Seen::contended : Seen::free;
 }
 
-void remember_seen(const void* impl, const std::string& lock_path, bool contended) {
-  std::lock_guard lk(g_seen_mu);
-  if (g_seen.size() >= 4096) g_seen.clear();
-  g_seen[attempt_key(impl, lock_path)] = contended;
-}
-
-std::string attempt_key(const void* impl, std::string_view lock_path, std::string_view owner) {
-  return std::to_string(reinterpret_cast<std::uintptr_t>(impl)) + '\n' + std::string(lock_path) + '\n' +
-         std::string(owner);
+void remember_seen(Client::Impl* impl, const std::string& lock_path, bool contended) {
+  auto& t = *impl->attempt_tables;
+  std::lock_guard lk(t.mu);
+  if (t.seen.size() >= 4096) t.seen.clear();
+  t.seen[lock_path] = contended;
 }
 
 // The owner a request acts for: its own, else the thread's OwnerScope, else
@@ -291,15 +279,17 @@ void LockAttempt::finish_locked() {
   impl_->unwatch(std::exchange(blocker_watch_, {}));
   blocker_tag_ = 0;
   if (registered_) {
-    std::lock_guard lk(g_registry_mu);
-    g_registry.erase(attempt_key(impl_, req_.lock_path, owner_));
+    auto& t = *impl_->attempt_tables;
+    std::lock_guard lk(t.mu);
+    t.live.erase(live_key());
     registered_ = false;
   }
 }
 
 bool LockAttempt::enter_registry() {
-  std::lock_guard lk(g_registry_mu);
-  registered_ = g_registry.insert(attempt_key(impl_, req_.lock_path, owner_)).second;
+  auto& t = *impl_->attempt_tables;
+  std::lock_guard lk(t.mu);
+  registered_ = t.live.insert(live_key()).second;
   return registered_;
 }
 

@@ -37,7 +37,6 @@
 #include <optional>
 #include <stop_token>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -110,6 +109,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   // One live attempt per owner, lock and client (the locks are not
   // re-entrant). REQUIRES !registered_; false when the owner has one.
   bool enter_registry();
+  std::string live_key() const { return req_.lock_path + '\n' + owner_; }  // AttemptTables::live
   // Retained leases. retake: false (and `done` untouched) unless this
   // attempt is retained idle for the same owner and options; then `done`
   // gets the re-take's lease, or the outcome of `fallback` (a normal
@@ -185,10 +185,6 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
 // The owner a request acts for: its own, else the thread's OwnerScope, else
 // the client's default.
 std::string owner_for(const Client& client, const AcquireOptions& options);
-// "<client>\n<lock path>\n<owner>": the key of the per-process tables of
-// attempts (owners with a live attempt; listing batches and what a lock was
-// last seen as, with no owner).
-std::string attempt_key(const void* impl, std::string_view lock_path, std::string_view owner = {});
 
 // What the last exclusive acquisition of a lock through a client found when
 // released: the next one lists with a children watch (MachineConfig::
@@ -197,8 +193,8 @@ std::string attempt_key(const void* impl, std::string_view lock_path, std::strin
 // for each acquisition benefits too. A hint only (safety never depends on
 // it), forgotten wholesale past 4,096 locks.
 enum class Seen { nothing, free, contended };
-Seen seen_before(const void* impl, const std::string& lock_path);
-void remember_seen(const void* impl, const std::string& lock_path, bool contended);
+Seen seen_before(Client::Impl* impl, const std::string& lock_path);
+void remember_seen(Client::Impl* impl, const std::string& lock_path, bool contended);
 
 // --- shared by the front ends (FairMutex, FairSharedMutex, MultiLock) ---
 // A mutex's request: its loss policy, and its retention for exclusive

@@ -5,9 +5,9 @@
 // return code mapped once (rc_of); listings are batched per client and lock.
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <utility>
 
+#include "attempt_tables.hpp"
 #include "lock_attempt.hpp"
 #include "zklock/protocol/revocation.hpp"
 
@@ -45,17 +45,10 @@ MachineEvent answer(Kind kind, std::uint64_t tag, const Status& st) {
 // get_children serves every attempt that enrolled meanwhile (one session's
 // requests execute in order, so it lists all their nodes, each issued after
 // that attempt's create). An uncontended acquire still costs one round trip.
-struct ListingBatch {
-  std::mutex mu;
-  std::vector<std::pair<std::weak_ptr<LockAttempt>, std::uint64_t>> waiting;  // GUARDED_BY(mu)
-  bool inflight = false;                                                       // GUARDED_BY(mu)
-};
-std::mutex g_batches_mu;
-std::unordered_map<std::string, std::shared_ptr<ListingBatch>> g_batches;
-
-std::shared_ptr<ListingBatch> batch_for(const void* impl, const std::string& path) {
-  std::lock_guard lk(g_batches_mu);
-  auto& b = g_batches[attempt_key(impl, path)];
+std::shared_ptr<ListingBatch> batch_for(Client::Impl* impl, const std::string& path) {
+  auto& t = *impl->attempt_tables;
+  std::lock_guard lk(t.mu);
+  auto& b = t.batches[path];
   if (!b) b = std::make_shared<ListingBatch>();
   return b;
 }
@@ -72,9 +65,10 @@ void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std:
       if (!batch->waiting.empty()) {
         issue_listing(impl, batch, path, std::exchange(batch->waiting, {}));
       } else {
-        std::lock_guard lk2(g_batches_mu);
-        auto it = g_batches.find(attempt_key(impl, path));
-        if (it != g_batches.end() && it->second == batch) g_batches.erase(it);
+        auto& t = *impl->attempt_tables;
+        std::lock_guard lk2(t.mu);
+        auto it = t.batches.find(path);
+        if (it != t.batches.end() && it->second == batch) t.batches.erase(it);
       }
     }
     // Parsed and put in order once for everyone it serves.

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 
+#include "attempt_tables.hpp"
 #include "client_impl.hpp"
 #include "zk_log.hpp"
 
@@ -59,6 +60,7 @@ Client::Impl::Impl(ClientOptions o)
     : log(client_logger(o.logger)),
       opts(std::move(o)),
       owner_prefix(opts.owner_prefix.empty() ? hostname() + "/" + std::to_string(getpid()) : opts.owner_prefix),
+      attempt_tables(std::make_shared<detail::AttemptTables>()),
       acl_(opts),
       // Timer tasks run as zklock callbacks of the current session (of none
       // while closing), so synchronous calls refuse there.
