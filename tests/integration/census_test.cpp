@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "client_impl.hpp"  // Client::Impl::census (lib/src)
+#include "fault_proxy.hpp"
 #include "zk_harness.hpp"
 #include "zklock/fair_mutex.hpp"
 #include "zklock/shared_mutex.hpp"
@@ -127,6 +128,32 @@ TEST(Census, AbandonedWaitsLeaveNothingBehind) {
   std::printf("[ census   ] after %d abandoned waits on a held lock: %s (idle: %s)\n", kTries,
               show(census(c)).c_str(), show(kIdle).c_str());
   EXPECT_TRUE(back_to(c, kIdle, 2s));
+  held.release();
+  EXPECT_TRUE(back_to(c, kIdle, 2s));
+}
+
+// The case above that timing alone cannot pin down: the waiter gives up
+// while its watch's read on the holder's node is still unanswered. A proxy
+// holds that getData (and everything after it on the connection) past the
+// waiter's deadline, then lets it go: the answer arrives with the watch set
+// for an attempt that has ended, and must take it back at once rather than
+// leave the callback until the holder goes.
+TEST(Census, AWaitAbandonedBeforeItsWatchIsAnsweredTakesTheWatchBack) {
+  test::FaultProxy proxy(test::shared_server().port());
+  Client holder(opts()), c({.connect = proxy.connect_string(), .session_timeout = 4s});
+  const auto path = unique_lock_path("census-held-read");
+  FairMutex mh(holder, path), m(c, path);
+  Lease held = mh.acquire();
+  const auto children = holder.children(path);
+  ASSERT_EQ(children.size(), 1u);
+  ASSERT_TRUE(back_to(c, kIdle, 2s)) << "a fresh client";
+  proxy.hold_on_request(path + "/" + children[0], 4);  // getData on the holder's node
+  EXPECT_FALSE(m.try_acquire_for(300ms));
+  ASSERT_EQ(proxy.request_holds(), 1u) << "the waiter never read the holder's node";
+  proxy.release_held();
+  std::printf("[ census   ] after a wait abandoned with its watch's read held: %s (idle: %s)\n",
+              show(census(c)).c_str(), show(kIdle).c_str());
+  EXPECT_TRUE(back_to(c, kIdle, 2s)) << "the watch set by the late answer stayed";
   held.release();
   EXPECT_TRUE(back_to(c, kIdle, 2s));
 }

@@ -31,6 +31,8 @@ namespace zklock::test {
 // requests, refuse new connections, cut every open connection, and cut one
 // connection exactly when its client sends a request naming a given path.
 // This is how a connection is lost at an exact point of a request's life.
+// It can also hold a connection's requests from such a request on, and let
+// them go later: how a request is kept unanswered past a client's deadline.
 //
 // Client-to-server bytes are forwarded whole ZooKeeper frames at a time (a
 // 4-byte big-endian length, then that many bytes); a frame split across
@@ -101,6 +103,31 @@ class FaultProxy {
     cut_path_ = std::move(path);
     cut_opcode_ = opcode;
     cut_armed_ = true;
+    hold_not_cut_ = false;
+  }
+  // The same one-shot rule, but the matching request is held instead: it and
+  // every later request on its connection wait in the proxy, in order, until
+  // release_held(); the connection stays open and replies still pass. Keep
+  // the hold well under the session timeout (the client's pings wait too).
+  void hold_on_request(std::string path, int opcode = -1) {
+    cut_on_request(std::move(path), opcode);
+    set(hold_not_cut_, true);
+  }
+  // Forwards everything held, in order; returns once it is on its way.
+  void release_held() {
+    std::unique_lock lk(mu_);
+    const auto want = releases_done_ + 1;
+    release_requested_ = true;
+    lk.unlock();
+    wake();
+    lk.lock();
+    if (!cv_.wait_for(lk, std::chrono::seconds(5), [&] { return releases_done_ >= want; }))
+      throw std::runtime_error("proxy: release timed out");
+  }
+  // How many connections hold_on_request() has held.
+  std::uint64_t request_holds() const {
+    std::lock_guard lk(mu_);
+    return request_holds_;
   }
   void disarm_cut_on_request() { set(cut_armed_, false); }
   // How many connections cut_on_request() has cut, and the opcode of the
@@ -130,6 +157,7 @@ class FaultProxy {
     std::string pending;     // client bytes not forwarded yet: an incomplete frame
     bool handshaken = false; // the first frame (ConnectRequest) was forwarded
     bool in_sync = true;     // false once client bytes were dropped: frames unknown
+    bool held = false;       // hold_on_request matched: pending waits for release_held
   };
   void set(bool& flag, bool on) {
     std::lock_guard lk(mu_);
@@ -159,28 +187,35 @@ class FaultProxy {
         return false;
     }
   }
-  // REQUIRES the proxy thread. True if the frame `f` (length prefix
-  // included) is the request the armed rule waits for; disarms it then.
-  bool matches_cut_rule(const std::string& f) {
-    if (f.size() < 16) return false;  // len, xid, type, path length
+  enum class Rule { none, cut, hold };
+  // REQUIRES the proxy thread. What to do with the frame `f` (length prefix
+  // included): the armed rule's action if it is the request the rule waits
+  // for (disarmed then), else none.
+  Rule matches_rule(const std::string& f) {
+    if (f.size() < 16) return Rule::none;  // len, xid, type, path length
     const int op = static_cast<std::int32_t>(be32(f.data() + 8));
-    if (!path_first(op)) return false;
+    if (!path_first(op)) return Rule::none;
     const auto plen = static_cast<std::int32_t>(be32(f.data() + 12));
-    if (plen < 0 || f.size() < 16 + static_cast<std::size_t>(plen)) return false;
+    if (plen < 0 || f.size() < 16 + static_cast<std::size_t>(plen)) return Rule::none;
     std::lock_guard lk(mu_);
-    if (!cut_armed_ || (cut_opcode_ >= 0 && cut_opcode_ != op)) return false;
+    if (!cut_armed_ || (cut_opcode_ >= 0 && cut_opcode_ != op)) return Rule::none;
     if (f.compare(16, static_cast<std::size_t>(plen), cut_path_) != 0 || static_cast<std::size_t>(plen) != cut_path_.size())
-      return false;
+      return Rule::none;
     cut_armed_ = false;
+    if (hold_not_cut_) {
+      ++request_holds_;
+      return Rule::hold;
+    }
     ++request_cuts_;
     last_cut_opcode_ = op;
-    return true;
+    return Rule::cut;
   }
   // REQUIRES the proxy thread. Forwards every complete frame of p.pending,
-  // unless one matches the armed cut rule: then the pair is closed there.
+  // unless one matches the armed rule: then the pair is closed there, or
+  // held from that frame on.
   void forward_frames(Pair& p) {
     std::size_t at = 0;
-    while (p.pending.size() - at >= 4) {
+    while (!p.held && p.pending.size() - at >= 4) {
       const std::size_t n = 4 + static_cast<std::size_t>(be32(p.pending.data() + at));
       if (n > (std::size_t{64} << 20)) {  // not ZooKeeper framing (a four-letter word?): pass raw from here on
         p.in_sync = false;
@@ -188,8 +223,13 @@ class FaultProxy {
       }
       if (p.pending.size() - at < n) break;
       const std::string frame = p.pending.substr(at, n);
+      const Rule rule = p.handshaken ? matches_rule(frame) : Rule::none;
+      if (rule == Rule::hold) {
+        p.held = true;
+        break;
+      }
       at += n;
-      if (p.handshaken && matches_cut_rule(frame)) {
+      if (rule == Rule::cut) {
         close_pair(p);
         return;
       }
@@ -237,10 +277,11 @@ class FaultProxy {
       ::poll(fds.data(), fds.size(), -1);
       while (::read(wake_[0], buf, sizeof buf) > 0) {
       }
-      bool drop_rep, drop_req, refuse;
+      bool drop_rep, drop_req, refuse, release = false;
       {
         std::lock_guard lk(mu_);
         if (stop_) return;
+        std::swap(release, release_requested_);
         if (cut_requested_) {
           for (auto& p : pairs_) close_pair(p);
           pairs_.clear();
@@ -252,6 +293,16 @@ class FaultProxy {
         drop_rep = drop_replies_;
         drop_req = drop_requests_;
         refuse = refuse_;
+      }
+      if (release) {
+        for (auto& p : pairs_) {
+          if (!p.held) continue;
+          p.held = false;
+          forward_frames(p);
+        }
+        std::lock_guard lk(mu_);
+        ++releases_done_;
+        cv_.notify_all();
       }
       const std::size_t polled = (fds.size() - 2) / 2;
       for (std::size_t i = 0; i < polled; ++i) {
@@ -283,7 +334,7 @@ class FaultProxy {
         if (c >= 0) {
           const int s = refuse ? -1 : connect_target();
           if (s < 0) ::close(c);
-          else pairs_.push_back({c, s, {}, false, !raw_});
+          else pairs_.push_back({c, s, {}, false, !raw_, false});
         }
       }
     }
@@ -305,6 +356,9 @@ class FaultProxy {
   int cut_opcode_ = -1, last_cut_opcode_ = 0;                                        // GUARDED_BY(mu_)
   bool cut_armed_ = false;                                                           // GUARDED_BY(mu_)
   std::uint64_t request_cuts_ = 0;                                                   // GUARDED_BY(mu_)
+  bool hold_not_cut_ = false;       // the armed rule holds instead of cutting. GUARDED_BY(mu_)
+  bool release_requested_ = false;  // GUARDED_BY(mu_)
+  std::uint64_t releases_done_ = 0, request_holds_ = 0;  // GUARDED_BY(mu_)
   std::thread thread_;
 };
 
