@@ -25,7 +25,9 @@
 //  (1) At most one outcome: `granted` or `failed`, once.
 //  (2) `lost` is reported at most once, and only after `granted`.
 //  (3) The hand-off marker is written only by the release of a node that was
-//      granted, in the same multi that deletes it (remove.with_marker).
+//      granted, in the same multi that deletes it (remove.with_marker); and
+//      by every such release unless the armed children watch shows that
+//      nobody queued since a listing that showed us alone (nobody_queued).
 //  (4) A node is granted only when a listing issued after our create, ordered
 //      exactly (model/queue_order.hpp), shows nothing ahead of it that blocks
 //      it, or when the one blocker that listing showed is proven gone.
@@ -257,6 +259,7 @@ class LockMachine {
   void end_retention(Commands& out);  // the real release of a retained node
   void release_done(Commands& out);   // our node is gone: releasing/ending -> released
   bool retaining() const { return cfg_.retain && cfg_.mode == Mode::exclusive; }
+  bool nobody_queued() const;
   void void_retake(std::string why, Commands& out);
   bool acquiring() const { return phase_ == Phase::acquiring; }
   std::string guid_for(std::uint32_t n) const;  // the GUID of our n-th create

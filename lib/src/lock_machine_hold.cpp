@@ -34,9 +34,19 @@ void LockMachine::on_release(Commands& out) {
   }
   phase_ = Phase::releasing;
   if (ever_uncertain_) sweep(out);  // a lost create may have left a second node of ours
-  // Invariant (3): the marker only for a granted node we still own.
-  remove_own(!revoked_, out);
+  // Invariant (3): the marker only for a granted node we still own, and
+  // only if someone may be woken by its deletion.
+  remove_own(!revoked_ && !nobody_queued(), out);
 }
+
+// Nobody queued behind us since a listing that showed us alone: that
+// listing set the children watch, which is armed and has not fired. The
+// marker only saves a waiter woken by our deletion a listing; a node created
+// after our delete lists without us, so the release deletes alone (a plain
+// delete, not a multi that also rewrites the lock path). If a waiter did
+// queue and its notification is still on the way, it finds the marker not
+// naming us and lists again: one read more, never a wrong grant.
+bool LockMachine::nobody_queued() const { return children_tag_ != 0 && children_armed_ && !waiter_known_; }
 
 // The children of the lock changed since our latest watched listing: a
 // waiter queued (or a node went, ours perhaps).
@@ -138,7 +148,7 @@ void LockMachine::void_retake(std::string why, Commands& out) {
 
 void LockMachine::end_retention(Commands& out) {
   phase_ = Phase::ending;
-  remove_own(true, out);  // a granted node: with the marker (invariant 3)
+  remove_own(!nobody_queued(), out);  // a granted node: the marker if someone may wait (invariant 3)
 }
 
 void LockMachine::watch_own(Commands& out) {

@@ -77,7 +77,7 @@ class Lease {
   // Fired (requested to stop) when the lease is lost.
   std::stop_token lost_token() const;
 
-  // Deletes our node (with the hand-off marker) and waits for the answer,
+  // Deletes our node (with the hand-off marker if anyone may wait) and waits for the answer,
   // at most about one session timeout; idempotent. Never throws.
   void release() noexcept;
   // The same without waiting: the delete is sent and this returns at once.
