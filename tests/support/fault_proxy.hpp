@@ -114,16 +114,7 @@ class FaultProxy {
     set(hold_not_cut_, true);
   }
   // Forwards everything held, in order; returns once it is on its way.
-  void release_held() {
-    std::unique_lock lk(mu_);
-    const auto want = releases_done_ + 1;
-    release_requested_ = true;
-    lk.unlock();
-    wake();
-    lk.lock();
-    if (!cv_.wait_for(lk, std::chrono::seconds(5), [&] { return releases_done_ >= want; }))
-      throw std::runtime_error("proxy: release timed out");
-  }
+  void release_held() { ask_loop(release_requested_, releases_done_, "release"); }
   // How many connections hold_on_request() has held.
   std::uint64_t request_holds() const {
     std::lock_guard lk(mu_);
@@ -141,15 +132,7 @@ class FaultProxy {
     return last_cut_opcode_;
   }
   // Closes every open connection; returns once they are closed.
-  void cut() {
-    std::unique_lock lk(mu_);
-    const auto want = cuts_done_ + 1;
-    cut_requested_ = true;
-    lk.unlock();
-    wake();
-    lk.lock();
-    if (!cv_.wait_for(lk, std::chrono::seconds(5), [&] { return cuts_done_ >= want; })) throw std::runtime_error("proxy: cut timed out");
-  }
+  void cut() { ask_loop(cut_requested_, cuts_done_, "cut"); }
 
  private:
   struct Pair {
@@ -164,6 +147,18 @@ class FaultProxy {
     flag = on;
   }
   void wake() { (void)!::write(wake_[1], "x", 1); }
+  // Raises `flag` for the proxy thread and waits (bounded) until it counts
+  // the request done in `done`.
+  void ask_loop(bool& flag, std::uint64_t& done, const char* what) {
+    std::unique_lock lk(mu_);
+    const auto want = done + 1;
+    flag = true;
+    lk.unlock();
+    wake();
+    lk.lock();
+    if (!cv_.wait_for(lk, std::chrono::seconds(5), [&] { return done >= want; }))
+      throw std::runtime_error(std::string("proxy: ") + what + " timed out");
+  }
   static void close_pair(Pair& p) {
     if (p.client >= 0) ::close(p.client);
     if (p.server >= 0) ::close(p.server);
