@@ -98,21 +98,12 @@ class FaultProxy {
   // never sees the request, the client gets ZCONNECTIONLOSS for it, and the
   // requests it sent before it on that connection were forwarded. Later
   // requests and connections pass. Re-arming replaces the rule.
-  void cut_on_request(std::string path, int opcode = -1) {
-    std::lock_guard lk(mu_);
-    cut_path_ = std::move(path);
-    cut_opcode_ = opcode;
-    cut_armed_ = true;
-    hold_not_cut_ = false;
-  }
+  void cut_on_request(std::string path, int opcode = -1) { arm(std::move(path), opcode, false); }
   // The same one-shot rule, but the matching request is held instead: it and
   // every later request on its connection wait in the proxy, in order, until
   // release_held(); the connection stays open and replies still pass. Keep
   // the hold well under the session timeout (the client's pings wait too).
-  void hold_on_request(std::string path, int opcode = -1) {
-    cut_on_request(std::move(path), opcode);
-    set(hold_not_cut_, true);
-  }
+  void hold_on_request(std::string path, int opcode = -1) { arm(std::move(path), opcode, true); }
   // Forwards everything held, in order; returns once it is on its way.
   void release_held() { ask_loop(release_requested_, releases_done_, "release"); }
   // How many connections hold_on_request() has held.
@@ -147,6 +138,15 @@ class FaultProxy {
     flag = on;
   }
   void wake() { (void)!::write(wake_[1], "x", 1); }
+  // Arms the one-shot request rule and its action together: a request
+  // arriving in between must never meet a half-armed rule.
+  void arm(std::string path, int opcode, bool hold) {
+    std::lock_guard lk(mu_);
+    cut_path_ = std::move(path);
+    cut_opcode_ = opcode;
+    cut_armed_ = true;
+    hold_not_cut_ = hold;
+  }
   // Raises `flag` for the proxy thread and waits (bounded) until it counts
   // the request done in `done`.
   void ask_loop(bool& flag, std::uint64_t& done, const char* what) {
