@@ -292,7 +292,11 @@ std::int64_t notification_bytes(ZkServer& srv, std::size_t length) {
   const auto before = counter(srv.mntr(), "zk_watch_bytes");
   c.remove_async(probe, -1, [](Status) {});
   EXPECT_EQ(fired.get_future().wait_for(5s), std::future_status::ready);
-  return counter(srv.mntr(), "zk_watch_bytes") - before;
+  // The server counts a notification's bytes after sending it: the client
+  // can see the event before mntr does. Wait (bounded) for the count.
+  std::int64_t bytes = 0;
+  eventually([&] { return (bytes = counter(srv.mntr(), "zk_watch_bytes") - before) > 0; }, 5s);
+  return bytes;
 }
 
 TEST(LockStories, ThousandWaitersDrainAtConstantCostPerAcquisition) {
