@@ -20,6 +20,27 @@ namespace {
 using Kind = MachineEvent::Kind;
 using Cmd = MachineCommand::Kind;
 
+// make_shared adds a 16-byte header; glibc's thread cache takes up to 1,032.
+static_assert(sizeof(LockAttempt) <= 1000, "keep the attempt in malloc's thread cache (lock_attempt.hpp)");
+
+// The node's data, encoded once per thread for as long as the same owner
+// asks with the same options: a service re-taking its lock would otherwise
+// build and dump a JSON document (35 allocations) on every acquisition.
+// encode_node_data is pure, so the memo returns exactly what it would.
+std::string node_data_for(const NodeData& d) {
+  struct Memo {
+    NodeData in;
+    std::string out;
+  };
+  thread_local std::optional<Memo> memo;
+  const auto same = [&](const NodeData& m) {
+    return m.pid == d.pid && m.mode == d.mode && m.priority == d.priority && m.owner == d.owner &&
+           m.host == d.host && m.description == d.description;
+  };
+  if (!memo || !same(memo->in)) memo = Memo{d, encode_node_data(d)};  // throws before replacing
+  return memo->out;
+}
+
 }  // namespace
 
 Seen seen_before(Client::Impl* impl, const std::string& lock_path) {
@@ -56,7 +77,7 @@ LockAttempt::LockAttempt(Client& client, AttemptRequest request, Done done)
   d.mode = req_.mode;
   d.priority = req_.options.priority;
   d.description = req_.options.description;
-  data_ = encode_node_data(d);  // throws invalid_argument for an over-long owner
+  data_ = node_data_for(d);  // throws invalid_argument for an over-long owner
 }
 
 LockAttempt::~LockAttempt() {
@@ -136,9 +157,9 @@ void LockAttempt::begin() {
       const bool retain = self->req_.retain > std::chrono::milliseconds::zero();
       const auto seen = self->req_.mode == Mode::exclusive ? seen_before(self->impl_, self->req_.lock_path)
                                                            : Seen::contended;
-      self->machine_.emplace(MachineConfig{self->req_.mode, self->guid_, self->req_.policy, self->epoch_,
-                                           self->req_.lock_path, retain,
-                                           seen == Seen::free || (retain && seen == Seen::nothing)});
+      self->machine_ = std::make_unique<LockMachine>(
+          MachineConfig{self->req_.mode, self->guid_, self->req_.policy, self->epoch_, self->req_.lock_path, retain,
+                        seen == Seen::free || (retain && seen == Seen::nothing)});
       self->execute_locked(self->machine_->start());
     });
   };
@@ -234,7 +255,7 @@ void LockAttempt::report_locked(const MachineCommand& c) {
       finish_locked();
       impl_->defer([keep = std::move(pending_self_)] {});
       auto done = std::exchange(done_, nullptr);
-      auto fallback = std::exchange(fallback_, std::nullopt);
+      auto fallback = std::move(fallback_);
       impl_->log->debug("re-take of {} void: {}", req_.lock_path, c.message);
       if (done && fallback) {
         outbox_.push_back([client = client_, done = std::move(done), fallback = std::move(*fallback)]() mutable {

@@ -75,7 +75,7 @@ bool LockAttempt::retake(AttemptRequest& fallback, Done& done) {
     if (retain_timer_ != 0) impl_->cancel(retain_timer_);
     retain_timer_ = 0;
     done_ = std::move(done);
-    fallback_ = std::move(fallback);
+    fallback_ = std::make_unique<AttemptRequest>(std::move(fallback));
     pending_self_ = shared_from_this();
     execute_locked(machine_->step(MachineEvent{Kind::retake}));
   });

@@ -57,6 +57,35 @@ TEST(FairMutex, UncontendedAcquireAndRelease) {
   EXPECT_TRUE(again.token() > first);
 }
 
+// The node's data is memoized per thread (lock_attempt.cpp): acquisitions
+// from one thread that differ in owner, priority or description each write
+// their own, and a repeat writes the same bytes again.
+TEST(FairMutex, EachAcquisitionWritesItsOwnNodeData) {
+  Client c(shared_opts());
+  FairMutex m(c, unique_lock_path("node-data"));
+  const auto data_of = [&](const AcquireOptions& o) {
+    Lease l = m.acquire(o);
+    auto bytes = c.try_get(l.node_path());
+    EXPECT_TRUE(bytes);
+    auto nd = decode_node_data(bytes.value_or(""));
+    EXPECT_TRUE(nd);
+    return std::pair{bytes.value_or(""), nd.value_or(NodeData{})};
+  };
+  const auto [a, da] = data_of({.owner = "svc-a", .description = "first"});
+  const auto [b, db] = data_of({.owner = "svc-b", .description = "first"});
+  const auto [p, dp] = data_of({.owner = "svc-b", .priority = 7, .description = "first"});
+  const auto [d, dd] = data_of({.owner = "svc-b", .priority = 7, .description = "second"});
+  const auto [again, dagain] = data_of({.owner = "svc-a", .description = "first"});
+  EXPECT_EQ(da.owner, "svc-a");
+  EXPECT_EQ(db.owner, "svc-b");
+  EXPECT_EQ(dp.priority, 7);
+  EXPECT_EQ(db.priority, 0);
+  EXPECT_EQ(dd.description, "second");
+  EXPECT_EQ(dp.description, "first");
+  EXPECT_EQ(again, a);
+  EXPECT_EQ(a, encode_node_data(da));
+}
+
 // release_async() returns without waiting for the server; its callback runs
 // once, on the callback thread, when the node is gone and the next waiter
 // can be granted through the marker.
