@@ -249,7 +249,16 @@ DrainFigures drain(ZkServer& srv, int waiters, int sessions) {
         << grants.size() << " granted, " << released << " released, " << failed << " failed";
   }
   f.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  const auto m1 = srv.mntr();
+  // The server adds a notification's bytes after sending it (see
+  // notification_bytes), so the last release's may not be counted yet when
+  // its answer is in: read the counters once zk_watch_bytes stops moving.
+  auto m1 = srv.mntr();
+  EXPECT_TRUE(eventually([&] {
+    auto m = srv.mntr();
+    const bool settled = counter(m, "zk_watch_bytes") == counter(m1, "zk_watch_bytes");
+    m1 = std::move(m);
+    return settled;
+  }, 10s));
   const double n = waiters;
   f.response_bytes = (counter(m1, "zk_response_bytes") - counter(m0, "zk_response_bytes")) / n;
   f.watch_bytes_total = counter(m1, "zk_watch_bytes") - counter(m0, "zk_watch_bytes");
