@@ -1,6 +1,8 @@
 // The op shape, non-template half: issuing under the handle lock, watches, what a closing Handle owes.
 #include "async_op.hpp"
 
+#include <vector>
+
 namespace zklock {
 
 bool server_answered(int rc) {
@@ -9,9 +11,25 @@ bool server_answered(int rc) {
          !st.is(Errc::session_moved) && !st.is(Errc::system_error);
 }
 
-void untrack(Handle* h, const void* ctx) {
+void link_pending(Handle* h, OpBase* op) {
   std::lock_guard lk(h->watches_mu);
-  h->pending.erase(ctx);
+  op->prev = nullptr;
+  op->next = h->pending;
+  if (h->pending != nullptr) h->pending->prev = op;
+  h->pending = op;
+  op->tracked = true;
+  ++h->pending_count;
+}
+
+void untrack(Handle* h, OpBase* op) {
+  std::lock_guard lk(h->watches_mu);
+  if (!op->tracked) return;
+  if (op->prev != nullptr) op->prev->next = op->next;
+  else h->pending = op->next;
+  if (op->next != nullptr) op->next->prev = op->prev;
+  op->prev = op->next = nullptr;
+  op->tracked = false;
+  --h->pending_count;
 }
 
 void drop_watch(Handle* h, WatchCtx* w) {
@@ -65,15 +83,17 @@ Handle::~Handle() {
   // May block (it sends closeSession); runs pending completions with ZCLOSING.
   zh.reset();
   // Requests the C client dropped without completing them (still queued at
-  // close) fail now, once each, with ZCLOSING.
-  std::unordered_map<const void*, std::function<void()>> dropped;
+  // close) fail now, once each, with ZCLOSING. The C client is closed: no
+  // completion runs any more, so the list changes only below.
+  std::vector<OpBase*> dropped;
   {
     std::lock_guard lk(watches_mu);
-    dropped.swap(pending);
+    dropped.reserve(pending_count);
+    for (OpBase* op = pending; op != nullptr; op = op->next) dropped.push_back(op);
   }
-  for (auto& [ctx, fail] : dropped) {
+  for (OpBase* op : dropped) {
     CallbackScope scope(epoch);
-    fail();
+    op->closing(op);  // fails its `done`, unlinks and frees it
   }
   std::lock_guard lk(watches_mu);
   for (WatchCtx* w : watches) delete w;
@@ -87,23 +107,14 @@ Client::Impl::Census Client::Impl::census() {
   if (handle_ == nullptr) return c;
   std::lock_guard wl(handle_->watches_mu);
   c.watches = handle_->watches.size();
-  c.requests = handle_->pending.size();
+  c.requests = handle_->pending_count;
   return c;
 }
 
-void Client::Impl::issue(const std::function<int(zhandle_t*, Handle*)>& fn, std::function<void(int)> fail) {
-  int rc = ZCLOSING;
-  {
-    std::shared_lock lk(handle_mu_);
-    if (handle_ != nullptr && !closing_) rc = fn(handle_->zh.get(), handle_.get());
-  }
-  if (rc != ZOK) {
-    const auto ep = epoch();
-    defer([fail = std::move(fail), rc, ep] {
-      CallbackScope scope(ep);
-      fail(rc);
-    });
-  }
+int Client::Impl::issue(IssueFn fn) {
+  std::shared_lock lk(handle_mu_);
+  if (handle_ == nullptr || closing_) return ZCLOSING;
+  return fn(handle_->zh.get(), handle_.get());
 }
 
 }  // namespace zklock

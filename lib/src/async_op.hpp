@@ -1,15 +1,21 @@
 // The one shape every asynchronous ZooKeeper request goes through: context, tracking, trampoline, completion.
 //
-// A request's life. send_op() allocates its context (OpCtx) and, under the
-// shared handle lock (Client::Impl::issue), registers it with its Handle
-// (track) and passes it to one zoo_a* call. Exactly one of three ends it:
+// A request's life. send_op() allocates its context (OpCtx), which holds the
+// only copy of `done`, and, under the shared handle lock (Client::Impl::
+// issue), links it into its Handle's list of requests in flight (track) and
+// passes it to one zoo_a* call. Exactly one of three ends it:
 //  - the C client answers: the completion trampoline ends in complete_read(),
-//    complete_write() or begin_completion() + finish(), which unregister and
+//    complete_write() or begin_completion() + finish(), which unlink and
 //    free the context and call `done` once;
-//  - the C client refuses the request (non-ZOK): the context is freed at once
-//    (drop_unsent), and `done` fails with that code on the timer thread;
+//  - the C client refuses the request (non-ZOK), or there is no handle: the
+//    context is unlinked and freed at once, and `done` fails with that code
+//    on the timer thread;
 //  - the C client drops it at close: Handle::~Handle fails `done` with
-//    ZCLOSING and frees the context.
+//    ZCLOSING (OpBase::closing) and frees the context.
+// Nothing else is allocated per request beyond the C client's own: a
+// request used to cost eight more allocations (a shared `done`, its copies
+// and type-erased failure callbacks, a map entry), each made on the issuing
+// thread and freed on the completion thread.
 // C-client callbacks are noexcept trampolines; an exception from `done` is
 // caught and logged (call_safely).
 #pragma once
@@ -48,6 +54,14 @@ struct OpBase {
   // and the issuing thread reads nothing of it after: from then on the
   // completion may free it (what the zoo_a* call needs is passed by value).
   std::atomic<bool> published{false};
+  // Linked into h's requests in flight from track() to untrack().
+  // GUARDED_BY(h->watches_mu)
+  OpBase* prev = nullptr;
+  OpBase* next = nullptr;
+  bool tracked = false;
+  // Set by track(): fails `done` with ZCLOSING, then unlinks and frees the
+  // context. Handle::~Handle calls it for a request the C client dropped.
+  void (*closing)(OpBase*) = nullptr;
 };
 
 // `done` is what the completion calls; `extra`, what must live until then
@@ -90,14 +104,15 @@ void settle_abandoned(Handle* h, WatchCtx* w, std::uint64_t id);
 // the C client does not hold it (its event is queued, or its read is not
 // answered yet): then `w` stays.
 bool take_back_locked(Handle* h, WatchCtx* w, const std::string& path);
-void untrack(Handle* h, const void* ctx);
+void link_pending(Handle* h, OpBase* op);  // REQUIRES !op->tracked
+void untrack(Handle* h, OpBase* op);       // a no-op when not linked
 
-// For a request the C client refused: nothing will complete it.
-template <class Ctx>
-void drop_unsent(Ctx* ctx) {
-  untrack(ctx->h, ctx);
-  drop_watch(ctx->h, ctx->watch);
-  delete ctx;
+// For a request nothing will complete (refused, or dropped at close): unlink
+// it and drop its watch; the caller fails `done` and frees the context.
+inline void unsend(OpBase* op) {
+  untrack(op->h, op);
+  drop_watch(op->h, op->watch);
+  op->watch = nullptr;
 }
 
 template <class Fn>
@@ -111,26 +126,30 @@ void call_safely(Client::Impl* impl, Fn&& fn) noexcept {
   }
 }
 
-// Every request in flight is registered with its handle, so that one the C
-// client never completes (zookeeper_close drops requests still queued) is
+// Every request in flight is linked into its handle's list, so that one the
+// C client never completes (zookeeper_close drops requests still queued) is
 // failed with ZCLOSING and freed by Handle::~Handle: each callback runs once.
-template <class Ctx>
-void track(Handle* h, Ctx* ctx, const std::function<void(int)>& fail) {
+// `Fail(ctx, rc)` fails the context's `done`.
+template <auto Fail, class Ctx>
+void track(Handle* h, Ctx* ctx) {
+  ctx->closing = [](OpBase* op) {
+    auto* c = static_cast<Ctx*>(op);
+    call_safely(c->impl, [&] { Fail(*c, ZCLOSING); });
+    unsend(c);
+    delete c;
+  };
   ctx->published.store(true, std::memory_order_release);
-  std::lock_guard lk(h->watches_mu);
-  h->pending.emplace(ctx, [ctx, fail] {
-    call_safely(ctx->impl, [&] { fail(ZCLOSING); });
-    drop_unsent(ctx);
-  });
+  link_pending(h, ctx);
 }
 
-// Registers `ctx`, then `send(ctx)` passes it to one zoo_a* call; frees it at
-// once when the C client refuses. Returns the call's code.
-template <class Ctx, class Send>
-int send_tracked(Handle* h, Ctx* ctx, const std::function<void(int)>& fail, Send&& send) {
-  track(h, ctx, fail);
+// Links `ctx`, then `send(ctx)` passes it to one zoo_a* call. Returns the
+// call's code; on non-ZOK the context is unlinked again and still the
+// caller's (to fail and free).
+template <auto Fail, class Ctx, class Send>
+int send_tracked(Handle* h, Ctx* ctx, Send&& send) {
+  track<Fail>(h, ctx);
   const int rc = send(ctx);
-  if (rc != ZOK) drop_unsent(ctx);
+  if (rc != ZOK) unsend(ctx);
   return rc;
 }
 
@@ -168,11 +187,14 @@ void complete_write(const void* data, int rc, V&&... values) noexcept {
   finish(begin_completion<Ctx>(data, rc, false, true), rc, std::forward<V>(values)...);
 }
 
-// A `fail(rc)` for Impl::issue and track: `done` with `rc` and every other
-// argument value-initialized.
+// Fails a request's `done`: `rc` and every other argument value-initialized.
 template <class... R>
-std::function<void(int)> failure_of(std::shared_ptr<std::function<void(Status, R...)>> done) {
-  return [done = std::move(done)](int rc) { (*done)(Status{rc}, std::decay_t<R>{}...); };
+void fail_done(const std::function<void(Status, R...)>& done, int rc) {
+  done(Status{rc}, std::decay_t<R>{}...);
+}
+template <class Ctx>
+void fail_op(Ctx& ctx, int rc) {
+  fail_done(ctx.done, rc);
 }
 
 // One request. `send(zh, ctx, watch)` makes one zoo_a* call with `ctx` as its
@@ -182,17 +204,22 @@ std::function<void(int)> failure_of(std::shared_ptr<std::function<void(Status, R
 template <class Ctx, class Send>
 void send_op(Client::Impl* impl, typename Ctx::done_type done, Watcher watch, Send send,
              typename Ctx::extra_type extra = {}) {
-  auto shared_done = std::make_shared<typename Ctx::done_type>(std::move(done));
-  const std::function<void(int)> fail = failure_of(shared_done);
-  impl->issue(
-      [&](zhandle_t* zh, Handle* h) {
-        WatchCtx* w = arm_watch(h, std::move(watch));
-        const ArmedWatch armed{w ? watch_trampoline : nullptr, w};
-        auto* ctx = new Ctx{{impl, h, Clock::now(), w, h->connection.load(), w ? w->id : 0}, *shared_done,
-                            std::move(extra)};
-        return send_tracked(h, ctx, fail, [&](Ctx* c) { return send(zh, c, armed); });
-      },
-      fail);
+  auto* ctx = new Ctx{{impl}, std::move(done), std::move(extra)};
+  const int rc = impl->issue([&](zhandle_t* zh, Handle* h) {
+    ctx->h = h;
+    ctx->sent = Clock::now();
+    ctx->connection = h->connection.load();
+    ctx->watch = arm_watch(h, std::move(watch));
+    ctx->watch_id = ctx->watch ? ctx->watch->id : 0;
+    const ArmedWatch armed{ctx->watch ? watch_trampoline : nullptr, ctx->watch};
+    return send_tracked<fail_op<Ctx>>(h, ctx, [&](Ctx* c) { return send(zh, c, armed); });
+  });
+  if (rc == ZOK) return;  // the completion owns `ctx` now (and may have freed it)
+  std::unique_ptr<Ctx> refused(ctx);
+  impl->defer([done = std::move(refused->done), rc, ep = impl->epoch()] {
+    CallbackScope scope(ep);
+    fail_done(done, rc);
+  });
 }
 
 }  // namespace zklock

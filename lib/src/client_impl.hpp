@@ -45,6 +45,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -100,9 +101,27 @@ struct Client::Impl {
   void shutdown();       // idempotent; closes everything
 
   // --- op plumbing (async_op.cpp) ---
-  // Runs `issue(zh)` under the shared handle lock. When it returns non-ZOK
-  // (nothing will call the completion), `fail(rc)` runs on the timer thread.
-  void issue(const std::function<int(zhandle_t*, Handle*)>& issue, std::function<void(int)> fail);
+  // A callable borrowed for the length of one issue() call: no allocation.
+  class IssueFn {
+   public:
+    template <class F>
+    IssueFn(F&& f) noexcept  // NOLINT(google-explicit-constructor): a lambda converts
+        : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+          call_([](void* o, zhandle_t* zh, Handle* h) {
+            return (*static_cast<std::remove_reference_t<F>*>(o))(zh, h);
+          }) {}
+    int operator()(zhandle_t* zh, Handle* h) const { return call_(obj_, zh, h); }
+
+   private:
+    void* obj_;
+    int (*call_)(void*, zhandle_t*, Handle*);
+  };
+  // Runs `fn(zh, h)` under the shared handle lock and returns its code, or
+  // ZCLOSING without running it when there is no handle. On a non-ZOK code
+  // nothing will call the completion: the caller fails its request, and
+  // never inline (async_op.hpp: on the timer thread), since an op issuer may
+  // hold its own lock.
+  int issue(IssueFn fn);
   const ACL_vector* acl() const { return acl_.get(); }
   // What this client holds now (diagnostics and tests): watch callbacks of
   // the current session not yet fired (one per watching call, as the C

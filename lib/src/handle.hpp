@@ -5,16 +5,17 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "zklock/client.hpp"
 
 namespace zklock {
 
+struct OpBase;
 struct WatchCtx;
 
 // The deleter of a zhandle_t. zookeeper_close may block (it sends
@@ -53,8 +54,10 @@ struct Handle {
   const Clock::time_point started = Clock::now();
   std::mutex watches_mu;
   std::unordered_set<WatchCtx*> watches;  // GUARDED_BY(watches_mu)
-  // Requests in flight: op context → "fail with ZCLOSING and free it".
-  std::unordered_map<const void*, std::function<void()>> pending;  // GUARDED_BY(watches_mu)
+  // Requests in flight, linked through their contexts (OpBase::prev/next):
+  // each is failed with ZCLOSING and freed if the C client drops it at close.
+  OpBase* pending = nullptr;       // GUARDED_BY(watches_mu)
+  std::size_t pending_count = 0;  // GUARDED_BY(watches_mu)
 };
 
 }  // namespace zklock

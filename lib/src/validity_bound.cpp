@@ -131,6 +131,11 @@ void sync_answered(int rc, const char*, const void* d) noexcept {
   c->done->sync_ok = rc == ZOK;
 }
 
+// A heartbeat request that will not be answered: the heartbeat fails.
+void fail_heartbeat(HeartbeatCtx& c, int) {
+  if (auto d = std::exchange(c.done->done, nullptr)) d(false);
+}
+
 void read_answered(int rc, const ::Stat*, const void* d) noexcept {
   auto c = begin_completion<HeartbeatCtx>(d, rc, false);
   const bool ordered = c->done->sync_ok && server_answered(rc);
@@ -149,26 +154,32 @@ void read_answered(int rc, const ::Stat*, const void* d) noexcept {
 void Client::Impl::sync_then_read(std::function<void(bool)> done) {
   auto state = std::make_shared<HeartbeatState>();
   state->done = std::move(done);
-  std::function<void(int)> fail = [state](int) {
-    if (auto d = std::exchange(state->done, nullptr)) d(false);
-  };
-  issue(
-      [&](zhandle_t* zh, Handle* h) -> int {
-        const auto sent = Clock::now();
-        const auto connection = h->connection.load();
-        int rc = send_tracked(h, new HeartbeatCtx{{this, h, sent, nullptr, connection}, state}, fail,
-                              [zh](HeartbeatCtx* c) { return zoo_async(zh, "/", sync_answered, c); });
-        if (rc != ZOK) return rc;
-        rc = send_tracked(h, new HeartbeatCtx{{this, h, sent, nullptr, connection}, state}, fail,
-                          [zh](HeartbeatCtx* c) { return zoo_aexists(zh, "/", 0, read_answered, c); });
-        if (rc != ZOK) {
-          // The sync went out; its completion runs, and the read never will.
-          state->done = nullptr;
-          return static_cast<int>(ZOK);
-        }
-        return rc;
-      },
-      fail);
+  const int issued = issue([&](zhandle_t* zh, Handle* h) -> int {
+    const auto sent = Clock::now();
+    const auto connection = h->connection.load();
+    auto* sync = new HeartbeatCtx{{this, h, sent, nullptr, connection}, state};
+    int rc = send_tracked<fail_heartbeat>(h, sync,
+                                          [zh](HeartbeatCtx* c) { return zoo_async(zh, "/", sync_answered, c); });
+    if (rc != ZOK) {
+      delete sync;
+      return rc;
+    }
+    auto* read = new HeartbeatCtx{{this, h, sent, nullptr, connection}, state};
+    rc = send_tracked<fail_heartbeat>(h, read,
+                                      [zh](HeartbeatCtx* c) { return zoo_aexists(zh, "/", 0, read_answered, c); });
+    if (rc != ZOK) {
+      // The sync went out; its completion runs, and the read never will.
+      delete read;
+      state->done = nullptr;
+    }
+    return static_cast<int>(ZOK);
+  });
+  if (issued != ZOK) {
+    defer([state, ep = epoch()] {
+      CallbackScope scope(ep);
+      if (auto d = std::exchange(state->done, nullptr)) d(false);
+    });
+  }
 }
 
 }  // namespace zklock

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -155,6 +156,29 @@ TEST(Census, AWaitAbandonedBeforeItsWatchIsAnsweredTakesTheWatchBack) {
               show(census(c)).c_str(), show(kIdle).c_str());
   EXPECT_TRUE(back_to(c, kIdle, 2s)) << "the watch set by the late answer stayed";
   held.release();
+  EXPECT_TRUE(back_to(c, kIdle, 2s));
+}
+
+// Requests the C client refuses (a relative path): each `done` runs once,
+// on the timer thread, with the refusal; the watches they would have set
+// and their contexts go with them (async_op.hpp: a refused request is
+// unlinked and freed at once).
+TEST(Census, RefusedRequestsFailOnceAndLeaveNothingBehind) {
+  Client c(opts());
+  ASSERT_TRUE(back_to(c, kIdle, 2s)) << "a fresh client";
+  constexpr int kEach = 50;
+  std::atomic<int> refused{0}, other{0}, watch_fired{0};
+  const auto count = [&](Status st) { ++(st.is(Errc::bad_arguments) ? refused : other); };
+  for (int i = 0; i < kEach; ++i) {
+    c.stat_async("relative", [&](const WatchEvent&) { ++watch_fired; }, [&](Status st, const Stat&) { count(st); });
+    c.children_async("relative", [&](const WatchEvent&) { ++watch_fired; },
+                     [&](Status st, std::vector<std::string>) { count(st); });
+    c.set_data_async("relative", "x", -1, [&](Status st, const Stat&) { count(st); });
+  }
+  ASSERT_TRUE(eventually([&] { return refused.load() + other.load() == 3 * kEach; }, 5s))
+      << refused.load() + other.load() << " of " << 3 * kEach << " callbacks ran";
+  EXPECT_EQ(refused.load(), 3 * kEach);
+  EXPECT_EQ(watch_fired.load(), 0);
   EXPECT_TRUE(back_to(c, kIdle, 2s));
 }
 
