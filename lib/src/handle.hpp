@@ -4,8 +4,8 @@
 #include <zookeeper/zookeeper.h>
 
 #include <atomic>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
