@@ -123,6 +123,9 @@ namespace {
 struct HeartbeatState {
   bool sync_ok = false;
   std::function<void(bool)> done;
+  void fail() {  // at most once: the request not answered, or not sent
+    if (auto d = std::exchange(done, nullptr)) d(false);
+  }
 };
 using HeartbeatCtx = OpCtx<std::shared_ptr<HeartbeatState>>;
 
@@ -132,9 +135,7 @@ void sync_answered(int rc, const char*, const void* d) noexcept {
 }
 
 // A heartbeat request that will not be answered: the heartbeat fails.
-void fail_heartbeat(HeartbeatCtx& c, int) {
-  if (auto d = std::exchange(c.done->done, nullptr)) d(false);
-}
+void fail_heartbeat(HeartbeatCtx& c, int) { c.done->fail(); }
 
 void read_answered(int rc, const ::Stat*, const void* d) noexcept {
   auto c = begin_completion<HeartbeatCtx>(d, rc, false);
@@ -177,7 +178,7 @@ void Client::Impl::sync_then_read(std::function<void(bool)> done) {
   if (issued != ZOK) {
     defer([state, ep = epoch()] {
       CallbackScope scope(ep);
-      if (auto d = std::exchange(state->done, nullptr)) d(false);
+      state->fail();
     });
   }
 }
