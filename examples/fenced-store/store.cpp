@@ -53,6 +53,8 @@ constexpr const char* kWrite =
     "source = excluded.source";
 
 constexpr const char* kFenceOf = "SELECT fence, source FROM fences WHERE name = ?1";
+// The key's own floor: the token that last wrote its row.
+constexpr const char* kRowOf = "SELECT fence, source FROM kv WHERE key = ?1";
 constexpr const char* kGet = "SELECT value FROM kv WHERE key = ?1";
 
 struct StmtDeleter {
@@ -148,14 +150,44 @@ PutResult FencedStore::put(std::string_view key, std::string_view value,
   auto bind_text = [](const Stmt& s, int i, std::string_view t) {
     sqlite3_bind_text(s.get(), i, t.data(), static_cast<int>(t.size()), SQLITE_STATIC);
   };
-  // IMMEDIATE takes the write lock up front: the fence check, the raise and
-  // the write are one step for every other writer of this database.
+  // The token in columns 0 (czxid) and 1 (source) of a row read by `s`.
+  auto token_of = [](const Stmt& s) {
+    const auto* source = reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 1));
+    return zklock::FencingToken(source ? source : "", sqlite3_column_int64(s.get(), 0));
+  };
+  auto refused = [&](zklock::FencingToken by_token, PutResult::Floor by) {
+    PutResult r;
+    r.by = by;
+    r.verdict = by_token.ensemble_id() == token.ensemble_id() ? PutResult::Verdict::stale
+                                                             : PutResult::Verdict::foreign_source;
+    r.stored = std::move(by_token);
+    return r;
+  };
+  // IMMEDIATE takes the write lock up front: the row's check, the fence's
+  // check and raise, and the write are one step for every other writer of
+  // this database.
   exec("BEGIN IMMEDIATE");
   try {
     {
       auto seed = prepare(kSeedFence, "prepare seed");
       bind_text(seed, 1, fence);
       if (sqlite3_step(seed.get()) != SQLITE_DONE) throw fail("seed fence");
+    }
+    {
+      // The key's own floor first: a refused put raises no fence.
+      auto row = prepare(kRowOf, "prepare row");
+      bind_text(row, 1, key);
+      const int rc = sqlite3_step(row.get());
+      if (rc == SQLITE_ROW) {
+        auto last = token_of(row);
+        if (last.ensemble_id() != token.ensemble_id() || last.czxid() > token.czxid()) {
+          row.reset();
+          exec("COMMIT");  // the seed, if any
+          return refused(std::move(last), PutResult::Floor::key);
+        }
+      } else if (rc != SQLITE_DONE) {
+        throw fail("read row");
+      }
     }
     auto raise = prepare(kRaiseFence, "prepare fence");
     bind_text(raise, 1, fence);
@@ -175,11 +207,7 @@ PutResult FencedStore::put(std::string_view key, std::string_view value,
       auto read = prepare(kFenceOf, "prepare read");
       bind_text(read, 1, fence);
       if (sqlite3_step(read.get()) != SQLITE_ROW) throw fail("read fence after a rejected put");
-      const auto* source = reinterpret_cast<const char*>(sqlite3_column_text(read.get(), 1));
-      result.stored = zklock::FencingToken(source ? source : "", sqlite3_column_int64(read.get(), 0));
-      result.verdict = result.stored.ensemble_id() == token.ensemble_id()
-                           ? PutResult::Verdict::stale
-                           : PutResult::Verdict::foreign_source;
+      result = refused(token_of(read), PutResult::Floor::fence);
     }
     exec("COMMIT");
     return result;

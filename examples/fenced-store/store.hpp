@@ -16,8 +16,13 @@
 // source. Later writes need the same source and a czxid at least the fence's
 // (equal: the same holder writing again). Why per lock: when one lock guards
 // an account's balance and its history, a paused former holder must not
-// write the history after the new holder wrote only the balance. Each kv row
-// still records the token that wrote it.
+// write the history after the new holder wrote only the balance.
+//
+// Each kv row records the token that wrote it, and that token is a floor
+// too: the row is checked first, in the same transaction. A key written
+// under two fence names (a lock renamed, a key moved to another lock, a
+// caller that sometimes omits --fence) must not go back to an older value
+// because the other fence never saw the newer token.
 //
 // Several processes may use one database file at once: WAL mode, a busy
 // timeout, and BEGIN IMMEDIATE around each put. synchronous=FULL, because a
@@ -39,9 +44,12 @@ namespace fenced_store {
 
 struct PutResult {
   enum class Verdict { accepted, stale, foreign_source };
+  // What refused a put: the key's own row, or the fence.
+  enum class Floor { key, fence };
   Verdict verdict = Verdict::accepted;
-  // The fence's token after the put: the presented one when accepted, the
-  // one that caused the rejection otherwise.
+  Floor by = Floor::fence;  // rejections only
+  // The presented token when accepted; the one that caused the rejection
+  // (the row's or the fence's, as `by` says) otherwise.
   zklock::FencingToken stored;
   explicit operator bool() const noexcept { return verdict == Verdict::accepted; }
 };
@@ -55,9 +63,10 @@ class FencedStore {
   FencedStore(const FencedStore&) = delete;
   FencedStore& operator=(const FencedStore&) = delete;
 
-  // Writes value under key if the token passes `fence` (empty: the key
-  // itself), raising the fence (see above). On a rejection, `stored` is the
-  // fence's token. Throws zklock::Error(io_error) on a database failure.
+  // Writes value under key if the token passes the key's own row and
+  // `fence` (empty: the key itself), raising the fence (see above). On a
+  // rejection, `stored` is the token that refused it. Throws
+  // zklock::Error(io_error) on a database failure.
   PutResult put(std::string_view key, std::string_view value, const zklock::FencingToken& token,
                 std::string_view fence = {});
   // The key's value, or nullopt when there is no such key.

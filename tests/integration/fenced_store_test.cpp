@@ -192,6 +192,44 @@ TEST_F(FencedStore, FirstAcceptedWriteFixesTheKeysSource) {
   EXPECT_EQ(put("other-key", "ours", tok(500)).code, 0);  // per key, not per database
 }
 
+// Keys guarded by one lock name one fence: a token the fence has passed
+// beyond is refused on every key of it, including keys it never wrote.
+TEST_F(FencedStore, KeysSharingAFenceShareItsHighestToken) {
+  ASSERT_EQ(run(dir_, {"put", "balance", "100", "--fence", "account-7", "--token", tok(300)}).code, 0);
+  ASSERT_EQ(run(dir_, {"put", "balance", "50", "--fence", "account-7", "--token", tok(400)}).code, 0);
+  auto p = run(dir_, {"put", "history", "withdraw", "--fence", "account-7", "--token", tok(300)});
+  EXPECT_EQ(p.code, 65);
+  EXPECT_NE(p.err.find("fence account-7"), std::string::npos) << p.err;
+  EXPECT_NE(p.err.find("highest seen " + tok(400)), std::string::npos) << p.err;
+  EXPECT_EQ(get("history").code, 66);
+}
+
+// A key written under two fence names: its own last token is a floor as
+// well as each fence's. The older holder's fence L never saw token 100, yet
+// the key must not go back to the value of token 50 (issue 25).
+TEST_F(FencedStore, AKeysOwnLastTokenIsAFloorUnderAnyFenceName) {
+  ASSERT_EQ(put("k", "new", tok(100)).code, 0);  // fence "k"
+  auto p = run(dir_, {"put", "k", "old", "--token", tok(50), "--fence", "L"});
+  EXPECT_EQ(p.code, 65);
+  EXPECT_EQ(count_lines(p.err), 1u) << p.err;
+  EXPECT_NE(p.err.find("stale"), std::string::npos) << p.err;
+  EXPECT_NE(p.err.find("last written with " + tok(100)), std::string::npos) << p.err;
+  EXPECT_EQ(get("k").out, "new\n");
+  // Refused by the row, so fence L was not raised: another key under L
+  // still takes token 50, and k takes a token at least its own.
+  EXPECT_EQ(run(dir_, {"put", "j", "x", "--token", tok(50), "--fence", "L"}).code, 0);
+  EXPECT_EQ(run(dir_, {"put", "k", "newer", "--token", tok(100), "--fence", "L"}).code, 0);
+  EXPECT_EQ(get("k").out, "newer\n");
+  // The other way round: L is now at 100, the key's default fence too.
+  EXPECT_EQ(put("k", "older", tok(99)).code, 65);
+  // A row from another ensemble is incomparable under any fence name.
+  ASSERT_EQ(put("f", "theirs", tok(5, kOther)).code, 0);
+  auto q = run(dir_, {"put", "f", "ours", "--token", tok(500), "--fence", "M"});
+  EXPECT_EQ(q.code, 65);
+  EXPECT_NE(q.err.find(kOther), std::string::npos) << q.err;
+  EXPECT_EQ(get("f").out, "theirs\n");
+}
+
 TEST_F(FencedStore, UsageErrorsExit64) {
   const std::vector<std::vector<std::string>> bad{
       {},
