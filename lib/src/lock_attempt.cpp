@@ -224,7 +224,13 @@ void LockAttempt::report_locked(const MachineCommand& c) {
       token_ = FencingToken(ensemble_id_, c.czxid, parsed ? parsed->sequence : 0);
       ++grant_;
       fallback_.reset();
-      if (grant_ > 1) lost_source_ = std::stop_source();  // a re-take: the earlier lease's token stays quiet
+      if (grant_ > 1) {
+        // A re-take: the earlier lease's token and callbacks stay quiet (its
+        // release dropped the callbacks already; this keeps it so whatever
+        // path led here). Destroyed unlocked, as in start_release.
+        lost_source_ = std::stop_source();
+        if (!lost_cbs_.empty()) outbox_.push_back([cbs = std::exchange(lost_cbs_, {})] {});
+      }
       if (timer_ != 0) impl_->cancel(timer_);
       timer_ = 0;
       if (auto done = std::exchange(done_, nullptr)) {

@@ -90,6 +90,10 @@ bool LockAttempt::start_release(std::uint64_t grant, std::function<void()> then)
     if (!machine_ || machine_->phase() != LockMachine::Phase::held || grant != grant_) return;
     started = true;
     if (req_.mode == Mode::exclusive) remember_seen(impl_, req_.lock_path, machine_->others_seen());
+    // The lease is over: its on_lost callbacks must never run, not even for
+    // a later grant of a retained node. Destroyed unlocked (outbox_): one
+    // may hold the last copy of a Lease, whose destructor takes mu_.
+    if (!lost_cbs_.empty()) outbox_.push_back([cbs = std::exchange(lost_cbs_, {})] {});
     finish_locked();
     release_waiters_.push_back(std::move(then));
     execute_locked(machine_->step(MachineEvent{Kind::release}));

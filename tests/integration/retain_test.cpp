@@ -267,6 +267,35 @@ TEST(Retain, AfterContentionAWaitingRetainerArmsNoChildrenWatchAndRetainsAgainOn
   EXPECT_TRUE(c.try_stat(l.node_path())) << "retained again once an acquisition found the lock free";
 }
 
+// A callback registered on one grant of a retained node belongs to that
+// lease only: lease a's callback must not run when a later re-take b of the
+// same node is lost (issue 25), and b's runs once.
+TEST(Retain, AnEarlierLeasesOnLostCallbackStaysQuietWhenAReTakeIsLost) {
+  Client c(shared_opts()), admin(shared_opts());
+  FairMutex m(c, unique_lock_path("retain-lost-cbs"), {.retain = 60s});
+  std::atomic<int> a_calls{0}, b_calls{0};
+  std::promise<LossReason> b_lost;
+  Lease a = m.acquire();
+  a.on_lost([&](LossReason, const std::string&) { ++a_calls; });
+  a.release();
+  Lease b = m.acquire();
+  ASSERT_EQ(b.node_path(), a.node_path()) << "not a re-take";
+  b.on_lost([&](LossReason r, const std::string&) {
+    if (++b_calls == 1) b_lost.set_value(r);
+  });
+  ASSERT_NO_THROW(admin.remove(b.node_path()));
+  auto f = b_lost.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready) << "the re-taken lease was not told";
+  EXPECT_EQ(f.get(), LossReason::revoked);
+  // One post runs every callback of a loss in order, so a's would have run
+  // by now; and a's lease still reads as released.
+  EXPECT_EQ(a_calls.load(), 0) << "a released lease's callback ran for a later grant";
+  EXPECT_FALSE(a.loss_reason());
+  b.release();
+  EXPECT_EQ(b_calls.load(), 1);
+  EXPECT_EQ(a_calls.load(), 0);
+}
+
 // Our idle node deleted by someone else (an operator, a revocation): the
 // retention ends quietly and the next acquire is a normal one.
 TEST(Retain, AnIdleNodeDeletedByAnotherClientFallsBackToANormalAcquire) {
