@@ -5,10 +5,22 @@
 
 namespace zklock {
 
-bool server_answered(int rc) {
-  const Status st{rc};
-  return !is_transient(st) && !is_session_fatal(st) && !st.is(Errc::invalid_state) &&
-         !st.is(Errc::session_moved) && !st.is(Errc::system_error);
+bool quorum_committed(int rc) {
+  switch (rc) {
+    case ZOK:
+    // PrepRequestProcessor.pRequest2Txn sets the header first, so each of
+    // these, thrown after it, becomes an ErrorTxn that is proposed and
+    // committed like the write (pRequestHelper's catch; ProposalRequestProcessor
+    // proposes every request with a header).
+    case ZNONODE:
+    case ZNODEEXISTS:
+    case ZBADVERSION:
+    case ZNOTEMPTY:
+    case ZNOCHILDRENFOREPHEMERALS:
+      return true;
+    default:
+      return false;
+  }
 }
 
 void link_pending(Handle* h, OpBase* op) {

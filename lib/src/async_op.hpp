@@ -30,11 +30,20 @@
 
 namespace zklock {
 
-// True when the server itself produced the answer (so the session was alive
-// when the request was sent): not a transient or session-fatal code
-// (error.hpp), nor one the C client makes up locally (it refused to send:
-// ZINVALIDSTATE; ZSYSTEMERROR; ZSESSIONMOVED, which closes the connection).
-bool server_answered(int rc);
+// True when the answer to a write proves that the leader prepared it for our
+// live session and a quorum committed it: a code only the leader's
+// PrepRequestProcessor produces, after giving the request a transaction
+// header, so that it went through Zab as the write or as an error
+// transaction (docs/design.md, "What counts"). A list of the codes that do,
+// not of those that do not: an unknown code is no evidence, which can only
+// end a lease early. Never counted: codes the C client makes up (connection
+// loss, timeouts, closing, ZINVALIDSTATE, ZSYSTEMERROR, ZMARSHALLINGERROR),
+// ZSESSIONEXPIRED and ZSESSIONMOVED, and codes a server produces alone —
+// ZTHROTTLEDOP (FinalRequestProcessor, for a request the RequestThrottler
+// marked and PrepRequestProcessor skipped), ZNOTREADONLY (a read-only
+// server), and ZNOAUTH (an eager ACL check on the follower answers it
+// without forwarding: ZooKeeperServer.authWriteRequest).
+bool quorum_committed(int rc);
 
 struct OpBase {
   Client::Impl* impl = nullptr;
@@ -154,16 +163,16 @@ int send_tracked(Handle* h, Ctx* ctx, Send&& send) {
 }
 
 // Common prologue of every completion: the validity bound, dropping a watch
-// the server did not register. Only writes are `leader_ordered`: a follower
-// answers reads from its own copy, even one cut off from the leader, so a
-// read proves nothing about the session (issue 15).
+// the server did not register. Only writes are `committed` evidence: a
+// follower answers reads from its own copy, even one cut off from the
+// leader, and a deposed leader answers a sync at once (issue 25), so no read
+// proves anything about the session.
 template <class Ctx>
-std::unique_ptr<Ctx> begin_completion(const void* data, int rc, bool watch_registered,
-                                      bool leader_ordered = false) {
+std::unique_ptr<Ctx> begin_completion(const void* data, int rc, bool watch_registered, bool write = false) {
   std::unique_ptr<Ctx> ctx(static_cast<Ctx*>(const_cast<void*>(data)));
   (void)ctx->published.load(std::memory_order_acquire);  // see OpBase::published
   untrack(ctx->h, ctx.get());
-  if (leader_ordered && server_answered(rc)) ctx->impl->note_ordered(ctx->h, ctx->sent, ctx->connection);
+  if (write && quorum_committed(rc)) ctx->impl->note_committed(ctx->h, ctx->sent, ctx->connection);
   if (!watch_registered) drop_watch(ctx->h, ctx->watch);
   else if (ctx->watch != nullptr) settle_abandoned(ctx->h, ctx->watch, ctx->watch_id);
   return ctx;
@@ -177,7 +186,7 @@ void finish(std::unique_ptr<Ctx> c, int rc, V&&... values) noexcept {
 }
 
 // The whole completion of a read (whose watch, if any, the server registered
-// when `watch_registered`), or of a write: the leader ordered its answer.
+// when `watch_registered`), or of a write: evidence when committed.
 template <class Ctx, class... V>
 void complete_read(const void* data, int rc, bool watch_registered, V&&... values) noexcept {
   finish(begin_completion<Ctx>(data, rc, watch_registered), rc, std::forward<V>(values)...);

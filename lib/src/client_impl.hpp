@@ -29,8 +29,9 @@
 //      close, failed with ZCLOSING and freed by the Handle's destructor
 //      (async_op.hpp).
 //  (3) valid_until_ only grows within one session epoch; it is reset to the
-//      distant past when the session is lost. It grows only on evidence the
-//      leader ordered (see note_ordered), never on a server's local answer.
+//      distant past when the session is lost. It grows only on writes of
+//      ours that a quorum committed, by the rule of validity_rule.hpp (see
+//      note_committed), never on a read or a server's local answer.
 //  (4) Once valid_until_ is in the past, validity_expired is emitted for that
 //      bound before anything can raise it again (bound_mu_ serializes both).
 #pragma once
@@ -52,6 +53,7 @@
 
 #include "executor.hpp"
 #include "handle.hpp"
+#include "validity_rule.hpp"
 #include "zklock/client.hpp"
 
 namespace zklock {
@@ -138,18 +140,24 @@ struct Client::Impl {
   static std::uint64_t callback_epoch() noexcept;
   static bool in_callback() noexcept;
 
-  // Called for a server answer that the leader ordered after `sent` (a write
-  // of ours, or the read pipelined behind our sync), to a request issued on
-  // `h` at connection count `connection` (Handle::connection). Raises the
-  // bound (see validity_bound.cpp: the proof needs an earlier such answer on the
-  // same connection, at least one heartbeat period before).
-  void note_ordered(Handle* h, Clock::time_point sent, std::uint64_t connection);
-  // The heartbeat (validity_bound.cpp): sync("/") and exists("/") pipelined;
-  // `done(ordered)` runs on the completion thread (or the timer thread when
-  // unsent).
-  void sync_then_read(std::function<void(bool ordered)> done);
-  // The heartbeat period: a third of the negotiated timeout (at least 10 ms).
+  // Called, now, for the answer to a write of ours issued at `sent` on `h` at
+  // connection count `connection` (Handle::connection) whose code a quorum
+  // committed (quorum_committed). Raises the bound by the rule of
+  // validity_rule.hpp: it needs a chain of three such answers on one
+  // connection.
+  void note_committed(Handle* h, Clock::time_point sent, std::uint64_t connection);
+  // The heartbeat period (ValidityParams::heartbeat_period).
   std::chrono::milliseconds heartbeat_period() const;
+  // Heartbeat writes this client has sent, over all its sessions: at most one
+  // per heartbeat period, none in a period with another committed write.
+  std::uint64_t heartbeat_writes() const { return heartbeat_writes_.load(); }
+  // The ensemble's settings the bound depends on, read at start (conf) or
+  // given (ClientOptions::server_tick_time); tick 0 when neither worked.
+  struct ServerSettings {
+    std::chrono::milliseconds tick{0}, min_session{0}, max_session{0};
+    int sync_limit = 0;
+    bool read = false;  // from `conf`, not from the options
+  };
 
   // --- events (session.cpp; the bound's in validity_bound.cpp) ---
   void on_session_event(Handle* h, int state);
@@ -257,6 +265,12 @@ struct Client::Impl {
   void replace_session();                 // timer thread, after expiry
   void heartbeat(std::uint64_t epoch, std::uint64_t gen);  // timer thread
   void check_validity(std::uint64_t epoch);
+  // Reads the settings (session.cpp): ClientOptions, else `conf` from the
+  // servers of the connect string. Blocking, bounded; before the first handle.
+  void read_server_settings();
+  // The rule's parameters for the session just connected (negotiated_ set);
+  // logs and refuses (returns false) when they cannot prove a bound.
+  bool validity_params(detail::ValidityParams* out);
   // Emits validity_expired once if the bound has passed. REQUIRES bound_mu_.
   void report_lapse_locked(std::uint64_t epoch);
   void emit(SessionEvent ev, std::uint64_t epoch);
@@ -265,12 +279,17 @@ struct Client::Impl {
   std::shared_mutex handle_mu_;
   std::unique_ptr<Handle> handle_;  // GUARDED_BY(handle_mu_)
 
-  // The bound's evidence: send times of leader-ordered answers on connection
-  // evidence_connection_, oldest first; and the bound whose lapse was reported.
+  // The bound's evidence (the rule keeps the committed answers of the
+  // current connection), the epoch it belongs to, and the bound whose lapse
+  // was reported. validity_refused_: the settings cannot prove a bound for
+  // this session (validity_params), so nothing raises it.
   std::mutex bound_mu_;
-  std::deque<Clock::time_point> evidence_;                                  // GUARDED_BY(bound_mu_)
-  std::uint64_t evidence_connection_ = 0;                                   // GUARDED_BY(bound_mu_)
+  detail::ValidityRule rule_;                                               // GUARDED_BY(bound_mu_)
   std::uint64_t evidence_epoch_ = 0;                                        // GUARDED_BY(bound_mu_)
+  bool validity_refused_ = false;                                           // GUARDED_BY(bound_mu_)
+  ServerSettings settings_;  // written by start() before the first handle, then read only
+  std::atomic<std::uint64_t> heartbeat_writes_{0};
+  std::atomic<Clock::rep> heartbeat_period_{std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(1)).count()};
   Clock::rep lapse_reported_for_ = Clock::time_point::min().time_since_epoch().count();  // GUARDED_BY(bound_mu_)
 
   AclList acl_;

@@ -1,8 +1,12 @@
 // The session of zklock::Client: connecting, state events, expiry and replacement, and shutdown.
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <optional>
+#include <sstream>
 
 #include "attempt_tables.hpp"
 #include "client_impl.hpp"
@@ -31,6 +35,58 @@ std::string hostname() {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
   return buf;
+}
+
+// One four-letter word to host:port, its whole answer, within `timeout`; or
+// nothing (refused, timed out, or closed without a word).
+std::optional<std::string> four_letter_word(const std::string& host, const std::string& port, const char* word,
+                                            std::chrono::milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) return std::nullopt;
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> owned(res, freeaddrinfo);
+  const int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  const auto deadline = Clock::now() + timeout;
+  auto wait = [&](short events) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd p{fd, events, 0};
+    return left > 0 && poll(&p, 1, static_cast<int>(left)) == 1;
+  };
+  if (connect(fd, res->ai_addr, res->ai_addrlen) != 0 && (errno != EINPROGRESS || !wait(POLLOUT))) return std::nullopt;
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) return std::nullopt;
+  if (send(fd, word, std::strlen(word), MSG_NOSIGNAL) != static_cast<ssize_t>(std::strlen(word))) return std::nullopt;
+  std::string out;
+  char buf[4096];
+  while (wait(POLLIN)) {
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
+// "key=value" lines of a `conf` answer; -1 where absent.
+std::int64_t conf_value(const std::string& conf, const std::string& key) {
+  std::istringstream in(conf);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + "=", 0) != 0) continue;
+    try {
+      return std::stoll(line.substr(key.size() + 1));
+    } catch (const std::exception&) {
+      return -1;
+    }
+  }
+  return -1;
 }
 
 std::shared_ptr<spdlog::logger> client_logger(const std::string& name) {
@@ -91,8 +147,62 @@ std::unique_ptr<Handle> Client::Impl::open_handle() {
   return h;
 }
 
+// The bound's proof needs the ensemble's tickTime (validity_rule.hpp: the
+// leader's ping gap). Given, or read with `conf` from the first server of the
+// connect string that answers it (4lw.commands.whitelist must include conf;
+// every member is assumed to share it). Neither: the bound assumes the
+// largest tickTime the default minSessionTimeout (2 × tickTime) allows for
+// the negotiated timeout, and says so (docs/design.md, the assumptions).
+void Client::Impl::read_server_settings() {
+  if (opts.server_tick_time > 0ms) {
+    settings_.tick = opts.server_tick_time;
+    return;
+  }
+  auto hosts = opts.connect.substr(0, opts.connect.find('/'));
+  std::istringstream in(hosts);
+  std::string hp;
+  const auto budget = std::min<std::chrono::milliseconds>(opts.connect_timeout / 4, 1000ms);
+  const auto deadline = Clock::now() + budget;
+  while (std::getline(in, hp, ',') && Clock::now() < deadline) {
+    const auto colon = hp.rfind(':');
+    if (colon == std::string::npos) continue;
+    auto host = hp.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto conf = four_letter_word(host, hp.substr(colon + 1), "conf", std::min(left, 500ms));
+    if (!conf || conf_value(*conf, "tickTime") <= 0) continue;
+    settings_.tick = std::chrono::milliseconds(conf_value(*conf, "tickTime"));
+    settings_.min_session = std::chrono::milliseconds(conf_value(*conf, "minSessionTimeout"));
+    settings_.max_session = std::chrono::milliseconds(conf_value(*conf, "maxSessionTimeout"));
+    settings_.sync_limit = static_cast<int>(conf_value(*conf, "syncLimit"));
+    settings_.read = true;
+    return;
+  }
+}
+
+bool Client::Impl::validity_params(detail::ValidityParams* out) {
+  const auto timeout = negotiated();
+  out->timeout = timeout;
+  out->margin = margin();
+  out->tick = settings_.tick > 0ms ? settings_.tick : timeout / 2;
+  if (settings_.tick <= 0ms) {
+    log->warn("zookeeper session 0x{:x}: the servers' tickTime is unknown (`conf` not answered: add it to "
+              "4lw.commands.whitelist, or set ClientOptions::server_tick_time); the validity bound assumes "
+              "tickTime <= {} ms, half the negotiated timeout, as minSessionTimeout's default ensures",
+              session_id(), (timeout / 2).count());
+  }
+  if (!out->usable()) {
+    log->error("zookeeper session 0x{:x}: timeout {} ms is too short to prove a validity bound with tickTime "
+               "{} ms (timeout − margin must be at least 1.2 × tickTime): valid() stays false",
+               session_id(), timeout.count(), std::chrono::duration_cast<std::chrono::milliseconds>(out->tick).count());
+    return false;
+  }
+  return true;
+}
+
 void Client::Impl::start() {
   set_zk_c_logger(log);
+  read_server_settings();
   executor_.start();
   try {
     // Opened under the exclusive lock: the first session event may arrive
@@ -151,12 +261,22 @@ void Client::Impl::on_session_event(Handle* h, int zstate) {
     }
     const auto ep = h->epoch;
     if (!again) {
-      // Until the first heartbeat answers, the session provably lives from
-      // the moment we asked for it: the leader created it after that.
+      // Until a chain of committed writes raises it, the session provably
+      // lives from the moment we asked for it: the leader created it (and
+      // gave it a full timeout) after that, and a later leader starts it
+      // afresh later still. Unless the settings refuse any bound.
+      detail::ValidityParams params;
+      const bool usable = validity_params(&params);
       std::lock_guard bl(bound_mu_);
-      const auto vu = h->started + negotiated() - margin();
-      valid_until_.store(vu.time_since_epoch().count());
-      schedule_at(vu, [this, ep] { check_validity(ep); });
+      rule_.reset(params);
+      evidence_epoch_ = ep;
+      validity_refused_ = !usable;
+      heartbeat_period_.store(params.heartbeat_period().count());
+      if (usable) {
+        const auto vu = h->started + negotiated() - margin();
+        valid_until_.store(vu.time_since_epoch().count());
+        schedule_at(vu, [this, ep] { check_validity(ep); });
+      }
     } else {
       // The same session is back, but if the bound passed meanwhile the
       // lease cannot be proven: report that first (once), then reconnected.

@@ -7,14 +7,16 @@
 //
 //   valid_until() = t1 + negotiated session timeout − safety margin
 //
-// where t1 is the send time of a request whose answer the leader ordered (a
-// write of ours, or a heartbeat: sync then a read, pipelined), followed by a
-// later such answer from the same server to a request sent at least one
-// heartbeat period after t1. Reads alone never count: a follower cut off from
-// the leader keeps answering them while the leader expires the session. The
-// leader cannot have expired the session before valid_until() (the proof is
-// in docs/design.md, "Loss and the validity bound"). Heartbeats go out every
-// third of the timeout, one round trip each. A process frozen past its bound
+// where t1 is the send time of a write of ours that a quorum committed,
+// answered on a connection that then carried two more committed writes: one
+// sent at least 0.6 × tickTime after t1's answer, one sent after that one's
+// answer. Reads and syncs never count: a follower cut off from the leader
+// keeps answering reads, and a deposed leader answers syncs, while the new
+// leader expires the session. No leader can have expired the session before
+// valid_until() (the proof and its assumptions are in docs/design.md, "Loss
+// and the validity bound"). When the session writes nothing else, a
+// heartbeat write (a setData answered ZNONODE, committed as an error
+// transaction) goes out once per heartbeat period. A process frozen past its bound
 // sees valid_until() in the past the instant it resumes (steady clock), and
 // the bound's lapse is reported to its leases before any answer can raise it
 // again: once passed, a lease is lost even if the session survives.
@@ -87,6 +89,12 @@ struct ClientOptions {
   // Subtracted from the validity bound for clock-rate error between client
   // and server. Zero picks max(negotiated timeout / 10, 20 ms).
   std::chrono::milliseconds validity_margin = 0ms;
+  // The ensemble's tickTime, which the validity bound's proof needs. Zero:
+  // read it at start with the `conf` four-letter word (the servers'
+  // 4lw.commands.whitelist must include conf); when no server answers it, the
+  // bound assumes tickTime <= half the negotiated timeout (true unless
+  // minSessionTimeout is configured below 2 × tickTime) and logs a warning.
+  std::chrono::milliseconds server_tick_time = 0ms;
   // The C client re-resolves host names on every I/O loop by default, which
   // costs client CPU on every request; re-resolve at most this often.
   std::chrono::milliseconds resolution_delay = 30s;
