@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
   if (mode == "rounds") return run_rounds(argc - 1, argv + 1);
   if (mode == "story") return run_story(argc - 1, argv + 1);
+  if (mode == "nemesis") return run_nemesis(argc - 1, argv + 1);
   if (mode == "multi" || mode == "naive" || mode == "stripes") return run_pair_mode(argc - 1, argv + 1);
-  std::fprintf(stderr, "usage: zklock_test_worker rounds|story|multi|naive|stripes ... (see tests/worker/worker.hpp)\n");
+  std::fprintf(stderr, "usage: zklock_test_worker rounds|story|nemesis|multi|naive|stripes ... (see tests/worker/worker.hpp)\n");
   return 64;
 }

@@ -3,6 +3,7 @@
 //
 //   zklock_test_worker rounds  --zk HOST:PORT --lock PATH [...]   rounds_mode.cpp
 //   zklock_test_worker story   --connect HOSTS --lock PATH [...]  story_mode.cpp
+//   zklock_test_worker nemesis --connect HOSTS --lock PATH [...] nemesis_mode.cpp
 //   zklock_test_worker multi|naive|stripes <connect> ...         pair_modes.cpp
 //
 // stdout carries the answers the tests parse, one line per event; the
@@ -23,5 +24,6 @@ void print_line(const std::string& line);
 int run_rounds(int argc, char** argv);
 int run_story(int argc, char** argv);
 int run_pair_mode(int argc, char** argv);
+int run_nemesis(int argc, char** argv);
 
 }  // namespace zklock::test_worker
