@@ -12,11 +12,27 @@
 //   V3  one lock guards two keys of one fence; the holder is frozen past its
 //       session, the successor writes one key, the thawed former holder's
 //       write to the other key is refused (exit 65).
+//
+// Issue 25's stories: evidence only from quorum-committed writes.
+//
+//   V4  deposed leader: the holder talks to the leader only; the leader's
+//       links to its followers are cut as a gray failure cuts them (the
+//       followers' ends reset, the leader's open but silent), so the leader
+//       keeps answering syncs until syncLimit runs out while the followers
+//       elect a new leader, which expires the holder's session and grants a
+//       waiter on a follower. The holder's valid() was false before that
+//       grant; on_lost fired once.
+//   V5  delayed ping, then a cut: the holder talks to a follower; the
+//       leader's bytes to that follower are held (pings and commits wait)
+//       while the follower's requests reach the leader, then released at the
+//       instant the follower's bytes to the leader start being dropped: the
+//       touches of the held period never reach the leader. Same assertion.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "fault_proxy.hpp"
 #include "story_support.hpp"
@@ -46,9 +62,11 @@ WorkerConfig config(const std::string& name, const std::string& connect, const s
 
 // Three servers; every quorum and election link between member 2 and the
 // others passes through a raw FaultProxy, so isolate() cuts member 2 off while
-// its client port keeps serving. Members 0 and 1 start first and elect a
-// leader between them, so member 2 joins as a follower. syncLimit is long
-// (40 ticks = 8 s): the cut-off follower keeps answering reads that long.
+// its client port keeps serving. start() makes member 2 a follower (members 0
+// and 1 elect a leader between them first) or the leader (members 2 and 0
+// first: with equal histories the higher id leads). syncLimit is long (40
+// ticks = 8 s): a cut-off follower keeps answering reads that long, and a
+// leader cut off from its followers keeps leading that long.
 class PartitionableEnsemble {
  public:
   static constexpr int kIsolated = 2;
@@ -63,17 +81,24 @@ class PartitionableEnsemble {
     auto line = [](int id, int q, int e) {
       return "server." + std::to_string(id) + "=127.0.0.1:" + std::to_string(q) + ":" + std::to_string(e);
     };
-    auto proxy = [&](int port) {
+    auto proxy = [&](std::vector<FaultProxy*>& into, int port) {
       proxies_.push_back(std::make_unique<FaultProxy>(port, FaultProxy::Framing::raw));
+      into.push_back(proxies_.back().get());
       return proxies_.back()->port();
     };
-    // The others reach member 2 through proxies; member 2 reaches them through proxies.
-    const int q2 = proxy(quorum[kIsolated]), e2 = proxy(election[kIsolated]);
+    // The others reach member 2 through proxies (to_isolated_); member 2
+    // reaches them through proxies (from_isolated_: quorum 0, election 0,
+    // quorum 1, election 1).
+    const int q2 = proxy(to_isolated_, quorum[kIsolated]), e2 = proxy(to_isolated_, election[kIsolated]);
     std::vector<std::string> others_view = {line(1, quorum[0], election[0]), line(2, quorum[1], election[1]),
                                             line(3, q2, e2)};
-    std::vector<std::string> isolated_view = {line(1, proxy(quorum[0]), proxy(election[0])),
-                                              line(2, proxy(quorum[1]), proxy(election[1])),
-                                              line(3, quorum[kIsolated], election[kIsolated])};
+    std::vector<std::string> isolated_view;
+    for (int i = 0; i < 2; ++i) {
+      const int q = proxy(from_isolated_, quorum[i]);
+      const int e = proxy(from_isolated_, election[i]);
+      isolated_view.push_back(line(i + 1, q, e));
+    }
+    isolated_view.push_back(line(3, quorum[kIsolated], election[kIsolated]));
     for (int i = 0; i < 3; ++i) {
       ZkServerOptions o;
       o.my_id = i + 1;
@@ -84,23 +109,38 @@ class PartitionableEnsemble {
     }
   }
 
-  void start() {
-    members_[0]->launch();
-    members_[1]->launch();
+  void start(bool isolated_leads = false) {
+    const int first = isolated_leads ? kIsolated : 0, second = isolated_leads ? 0 : 1, last = isolated_leads ? 1 : kIsolated;
+    members_[first]->launch();
+    members_[second]->launch();
     const auto deadline = test::Clock::now() + 60s;
-    members_[0]->wait_ready(deadline);
-    members_[1]->wait_ready(deadline);
-    members_[kIsolated]->launch();
-    members_[kIsolated]->wait_ready(deadline);
+    members_[first]->wait_ready(deadline);
+    members_[second]->wait_ready(deadline);
+    members_[last]->launch();
+    members_[last]->wait_ready(deadline);
   }
   void isolate(bool on) {
     for (auto& p : proxies_) p->blackhole(on);
   }
+  // Member 2's links cut as a gray failure cuts them: the others' ends reset
+  // (they notice at once), member 2's ends open but silent (it notices only
+  // by its own timeouts); new connections between them are reset.
+  void gray_isolate() {
+    for (auto* p : to_isolated_) p->gray_cut(FaultProxy::Side::client);
+    for (auto* p : from_isolated_) p->gray_cut(FaultProxy::Side::server);
+  }
+  void heal_gray() {
+    for (auto& p : proxies_) p->heal_gray();
+  }
+  // The link on which member 2, a follower, talks to leader `member` (0 or 1):
+  // member 2 is its client side.
+  FaultProxy& quorum_link_to(int member) { return *from_isolated_.at(static_cast<std::size_t>(2 * member)); }
   ZkServer& member(int i) { return *members_.at(static_cast<std::size_t>(i)); }
   std::string majority_connect() const { return members_[0]->connect_string() + "," + members_[1]->connect_string(); }
 
  private:
   std::vector<std::unique_ptr<FaultProxy>> proxies_;  // outlive the servers (declared first)
+  std::vector<FaultProxy*> to_isolated_, from_isolated_;
   std::vector<std::unique_ptr<ZkServer>> members_;
 };
 
@@ -278,6 +318,166 @@ TEST(ValidityStories, V3_OneFenceForTwoKeysOfOneLock) {
   EXPECT_EQ(store_get(db, "balance"), std::optional<std::string>("50"));
   report("V3 one fence, two keys: A (%s) thawed and wrote the key B never touched: exit %s '%s'",
          acq_a.get("token").c_str(), w.get("rc").c_str(), w.get("msg").c_str());
+}
+
+// ---------------------------------------------------------------------------
+// Issue 25. A holder on `holder_connect`, a waiter queued behind it on
+// `waiter_connect`; fault() breaks the ensemble. Records what the holder's
+// valid() said at the waiter's grant, and when on_lost fired.
+struct LossRace {
+  explicit LossRace(const std::string& lock, const std::string& holder_connect, const std::string& waiter_connect,
+                    std::chrono::milliseconds holder_session)
+      : holder_client(options(holder_connect, holder_session)),
+        holder_mutex(holder_client, lock),
+        waiter_client(options(waiter_connect, 2000ms)),
+        waiter_mutex(waiter_client, lock) {
+    held = holder_mutex.acquire();
+    held.on_lost([this](LossReason r, const std::string&) {
+      std::lock_guard lk(mu);
+      lost_reason = std::string(loss_reason_name(r));
+      lost_at = mono_us();
+      ++lost_count;
+      cv.notify_all();
+    });
+    waiter_mutex.acquire_async([this](AcquireResult r) {
+      std::lock_guard lk(mu);
+      holder_valid_at_grant = held.valid();  // read at the grant, before anything else
+      granted_at = mono_us();
+      granted = !r.error.has_value();
+      waiter_lease = std::move(r.lease);
+      cv.notify_all();
+    });
+  }
+  static ClientOptions options(const std::string& connect, std::chrono::milliseconds session) {
+    ClientOptions o;
+    o.connect = connect;
+    o.session_timeout = session;
+    return o;
+  }
+  bool wait_granted(std::chrono::milliseconds d) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, d, [&] { return granted; });
+  }
+  bool wait_lost(std::chrono::milliseconds d) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, d, [&] { return lost_count.load() > 0; });
+  }
+
+  Client holder_client;
+  FairMutex holder_mutex;
+  Lease held;
+  Client waiter_client;
+  FairMutex waiter_mutex;
+  Lease waiter_lease;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<int> lost_count{0};
+  std::atomic<std::int64_t> lost_at{0};
+  std::string lost_reason;
+  bool granted = false, holder_valid_at_grant = true;
+  std::int64_t granted_at = 0;
+};
+
+// The waiter's node is queued behind the holder's.
+void expect_queued(const std::string& connect, const std::string& lock) {
+  auto probe = ZkHandle::connect(connect);
+  ASSERT_TRUE(eventually([&] {
+    std::vector<std::string> kids;
+    return probe.children(lock, &kids) == ZOK && kids.size() == 2;
+  }, 10000ms));
+}
+
+void expect_lost_before_grant(LossRace& race) {
+  ASSERT_TRUE(race.wait_granted(20s)) << "the new majority never granted the waiter";
+  ASSERT_TRUE(race.wait_lost(10s)) << "on_lost never fired";
+  std::lock_guard lk(race.mu);
+  EXPECT_FALSE(race.holder_valid_at_grant) << "the holder's valid() was still true when the waiter was granted";
+  EXPECT_LE(race.lost_at.load(), race.granted_at) << "on_lost fired only after the waiter was granted";
+  EXPECT_EQ(race.lost_reason, "validity_expired");
+  EXPECT_FALSE(race.held.valid());
+}
+
+TEST(ValidityStories, V4_DeposedLeaderKeepsAnsweringSyncs) {
+  PartitionableEnsemble ens;
+  ens.start(/*isolated_leads=*/true);
+  auto& leader = ens.member(PartitionableEnsemble::kIsolated);
+  ASSERT_EQ(mode_of(leader), "leader");
+  const std::string lock = test::unique_lock_path("v4");
+  LossRace race(lock, leader.connect_string(), ens.majority_connect(), 2000ms);
+  expect_queued(ens.majority_connect(), lock);
+
+  const auto cut_at = mono_us();
+  ens.gray_isolate();
+  expect_lost_before_grant(race);
+  // The deposed leader was still leading, answering syncs, at the grant.
+  const bool still_leading = mode_of(leader) == "leader";
+
+  ens.heal_gray();
+  ASSERT_TRUE(eventually([&] { return race.holder_client.session_epoch() >= 2; }, 40000ms))
+      << "the holder's client never learned that its session expired";
+  EXPECT_EQ(race.lost_count.load(), 1);
+  EXPECT_FALSE(race.held.valid());
+  report("V4 deposed leader: waiter granted %.0f ms after the gray cut; holder lost (%s) %.0f ms after the cut, "
+         "%.0f ms before the grant; old leader still leading just after the grant: %s; on_lost fired %d time(s)",
+         ms_between(cut_at, race.granted_at), race.lost_reason.c_str(), ms_between(cut_at, race.lost_at.load()),
+         ms_between(race.lost_at.load(), race.granted_at), still_leading ? "yes" : "no", race.lost_count.load());
+}
+
+TEST(ValidityStories, V5_DelayedPingThenACut) {
+  PartitionableEnsemble ens;
+  ens.start();
+  auto& follower = ens.member(PartitionableEnsemble::kIsolated);
+  ASSERT_EQ(mode_of(follower), "follower");
+  const int leader = mode_of(ens.member(1)) == "leader" ? 1 : 0;
+  ASSERT_EQ(mode_of(ens.member(leader)), "leader");
+  const std::string lock = test::unique_lock_path("v5");
+  // A 4 s session: the hold (2.7 s) ends before the leader's deadline from
+  // the last touch it received (about 4 s after the hold began) and before
+  // the holder's client gives up on its connection (2/3 of the timeout after
+  // the last answer), and it spans two of the old heartbeat's periods
+  // (1.33 s): two answers to requests sent during the hold arrive once it
+  // ends, and the old pairing raised the bound past that deadline.
+  LossRace race(lock, follower.connect_string(), ens.majority_connect(), 4000ms);
+  expect_queued(ens.majority_connect(), lock);
+  // The holder's application reads every 100 ms, as a service does: the
+  // follower answers a read at once unless a write (or sync) of the session
+  // is pending, so the connection lives through the hold.
+  std::atomic<bool> stop_reading{false};
+  std::thread reader([&] {
+    for (int n = 0; n < 400 && !stop_reading.load(); ++n) {  // bounded: 40 s
+      try {
+        race.holder_client.stat(lock);
+      } catch (const Error&) {
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  struct Join {
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Join() {
+      stop = true;
+      t.join();
+    }
+  } join{stop_reading, reader};
+
+  auto& link = ens.quorum_link_to(leader);
+  const auto hold_at = mono_us();
+  link.hold_replies(true);  // the leader's pings and commits wait; our requests still reach it
+  std::this_thread::sleep_for(2700ms);  // the story is the delay itself
+  link.drop_requests(true);  // from now on the follower's ping replies (its touches) are lost
+  link.hold_replies(false);  // the delayed stream arrives: held answers reach the holder
+  expect_lost_before_grant(race);
+
+  link.drop_requests(false);
+  ASSERT_TRUE(eventually([&] { return race.holder_client.session_epoch() >= 2; }, 40000ms))
+      << "the holder's client never learned that its session expired";
+  EXPECT_EQ(race.lost_count.load(), 1);
+  EXPECT_FALSE(race.held.valid());
+  report("V5 delayed ping then cut: waiter granted %.0f ms after the hold began; holder lost (%s) %.0f ms after "
+         "it, %.0f ms before the grant; on_lost fired %d time(s)",
+         ms_between(hold_at, race.granted_at), race.lost_reason.c_str(), ms_between(hold_at, race.lost_at.load()),
+         ms_between(race.lost_at.load(), race.granted_at), race.lost_count.load());
 }
 
 }  // namespace

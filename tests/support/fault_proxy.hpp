@@ -125,6 +125,32 @@ class FaultProxy {
   // Closes every open connection; returns once they are closed.
   void cut() { ask_loop(cut_requested_, cuts_done_, "cut"); }
 
+  // Which end of a proxied connection: the peer that connected to the proxy,
+  // or the proxy's target.
+  enum class Side { client, server };
+  // A gray failure: every open connection is reset (RST) on side `reset` and
+  // left open but silent on the other — bytes from it are swallowed, none
+  // reach it — and new connections are reset at once, until heal_gray().
+  // The reset peer notices at once; the other only by its own timeouts.
+  // Returns once applied.
+  void gray_cut(Side reset) {
+    {
+      std::lock_guard lk(mu_);
+      gray_reset_ = reset;
+    }
+    ask_loop(gray_requested_, grays_done_, "gray cut");
+  }
+  // Ends gray_cut(): new connections pass again, and the silent ends left
+  // from the cut are closed. Returns once applied.
+  void heal_gray() { ask_loop(heal_requested_, heals_done_, "gray heal"); }
+  // While on, server-to-client bytes wait in the proxy, in order, and
+  // connections stay open (a delayed stream). Turning it off forwards what
+  // waited and returns once it is on its way.
+  void hold_replies(bool on) {
+    if (on) return set(hold_replies_, true);
+    ask_loop(flush_requested_, flushes_done_, "reply release");
+  }
+
  private:
   struct Pair {
     int client = -1, server = -1;
@@ -132,6 +158,8 @@ class FaultProxy {
     bool handshaken = false; // the first frame (ConnectRequest) was forwarded
     bool in_sync = true;     // false once client bytes were dropped: frames unknown
     bool held = false;       // hold_on_request matched: pending waits for release_held
+    bool gray = false;       // gray_cut: one side reset, the other's bytes swallowed
+    std::string held_replies;  // hold_replies: server bytes not forwarded yet
   };
   void set(bool& flag, bool on) {
     std::lock_guard lk(mu_);
@@ -164,6 +192,14 @@ class FaultProxy {
     if (p.server >= 0) ::close(p.server);
     p.client = p.server = -1;
     p.pending.clear();
+  }
+  // Closes `fd` with an RST (linger 0), not a FIN.
+  static void reset_fd(int& fd) {
+    if (fd < 0) return;
+    linger l{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    ::close(fd);
+    fd = -1;
   }
   static std::uint32_t be32(const char* b) {
     std::uint32_t v;
@@ -272,11 +308,42 @@ class FaultProxy {
       ::poll(fds.data(), fds.size(), -1);
       while (::read(wake_[0], buf, sizeof buf) > 0) {
       }
-      bool drop_rep, drop_req, refuse, release = false;
+      bool drop_rep, drop_req, refuse, release = false, hold_rep;
       {
         std::lock_guard lk(mu_);
         if (stop_) return;
         std::swap(release, release_requested_);
+        if (gray_requested_) {
+          for (auto& p : pairs_) {
+            p.gray = true;
+            reset_fd(gray_reset_ == Side::client ? p.client : p.server);
+          }
+          gray_ = true;
+          gray_requested_ = false;
+          ++grays_done_;
+          cv_.notify_all();
+        }
+        if (heal_requested_) {
+          for (auto& p : pairs_) {
+            if (p.gray) close_pair(p);
+          }
+          gray_ = false;
+          heal_requested_ = false;
+          ++heals_done_;
+          cv_.notify_all();
+        }
+        if (flush_requested_) {
+          for (auto& p : pairs_) {
+            if (p.client >= 0 && !p.held_replies.empty() &&
+                !write_all(p.client, p.held_replies.data(), static_cast<ssize_t>(p.held_replies.size())))
+              close_pair(p);
+            p.held_replies.clear();
+          }
+          hold_replies_ = false;
+          flush_requested_ = false;
+          ++flushes_done_;
+          cv_.notify_all();
+        }
         if (cut_requested_) {
           for (auto& p : pairs_) close_pair(p);
           pairs_.clear();
@@ -288,6 +355,7 @@ class FaultProxy {
         drop_rep = drop_replies_;
         drop_req = drop_requests_;
         refuse = refuse_;
+        hold_rep = hold_replies_;
       }
       if (release) {
         for (auto& p : pairs_) {
@@ -302,6 +370,18 @@ class FaultProxy {
       const std::size_t polled = (fds.size() - 2) / 2;
       for (std::size_t i = 0; i < polled; ++i) {
         auto& p = pairs_[i];
+        if (p.gray) {  // the open side's bytes are swallowed; it may only close
+          for (int dir = 0; dir < 2; ++dir) {
+            int& fd = dir == 0 ? p.client : p.server;
+            if (fd < 0 || !(fds[2 + 2 * i + static_cast<std::size_t>(dir)].revents & (POLLIN | POLLHUP | POLLERR)))
+              continue;
+            if (::read(fd, buf, sizeof buf) <= 0) {
+              ::close(fd);
+              fd = -1;
+            }
+          }
+          continue;
+        }
         for (int dir = 0; dir < 2 && p.client >= 0; ++dir) {
           if (!(fds[2 + 2 * i + static_cast<std::size_t>(dir)].revents & (POLLIN | POLLHUP | POLLERR))) continue;
           const int from = dir == 0 ? p.client : p.server;
@@ -318,15 +398,24 @@ class FaultProxy {
           } else if (dir == 0 && p.in_sync) {
             p.pending.append(buf, static_cast<std::size_t>(n));
             forward_frames(p);
+          } else if (dir == 1 && hold_rep && !drop_rep) {
+            p.held_replies.append(buf, static_cast<std::size_t>(n));
           } else if (!(dir == 1 && drop_rep) && !write_all(to, buf, n)) {
             close_pair(p);
           }
         }
       }
-      std::erase_if(pairs_, [](const Pair& p) { return p.client < 0; });
+      std::erase_if(pairs_, [](const Pair& p) { return p.client < 0 && p.server < 0; });
       if (fds[1].revents & POLLIN) {
-        const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (c >= 0) {
+        int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        bool gray;
+        {
+          std::lock_guard lk(mu_);
+          gray = gray_;
+        }
+        if (c >= 0 && gray) {
+          reset_fd(c);
+        } else if (c >= 0) {
           const int s = refuse ? -1 : connect_target();
           if (s < 0) ::close(c);
           else pairs_.push_back({c, s, {}, false, !raw_, false});
@@ -354,6 +443,10 @@ class FaultProxy {
   bool hold_not_cut_ = false;       // the armed rule holds instead of cutting. GUARDED_BY(mu_)
   bool release_requested_ = false;  // GUARDED_BY(mu_)
   std::uint64_t releases_done_ = 0, request_holds_ = 0;  // GUARDED_BY(mu_)
+  Side gray_reset_ = Side::client;                                 // GUARDED_BY(mu_)
+  bool gray_ = false, gray_requested_ = false, heal_requested_ = false;  // GUARDED_BY(mu_)
+  bool hold_replies_ = false, flush_requested_ = false;            // GUARDED_BY(mu_)
+  std::uint64_t grays_done_ = 0, heals_done_ = 0, flushes_done_ = 0;  // GUARDED_BY(mu_)
   std::thread thread_;
 };
 
