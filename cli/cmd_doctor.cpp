@@ -1,10 +1,12 @@
 // zklock doctor: is this machine set up to use zklock? Reachability, each
 // server's version and mode (the `srvr` four-letter word), the ensemble id,
-// the negotiated session timeout, the root, permissions, and whether a
-// deadlock detector leads.
+// the negotiated session timeout, the root, permissions, whether a
+// deadlock detector leads, and lock heads that have kept others waiting for
+// --head-threshold or longer ("head not taking the lock", cli/lock_heads.hpp).
 //
 // Exit status: 69 when no session can be opened, 1 when a check fails,
-// 0 otherwise (warnings included).
+// 0 otherwise (warnings included: a long-lived head is a warning, since a
+// long hold looks the same).
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
@@ -22,6 +24,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/lock_heads.hpp"
+#include "cli/lock_tree.hpp"
 #include "model/election_order.hpp"
 #include "zklock/protocol/node_name.hpp"
 #include "zklock/protocol/paths.hpp"
@@ -37,6 +41,24 @@ struct Check {
   std::string name;
   std::string status;  // "ok", "warn", "fail"
   std::string detail;
+  nlohmann::json fields = nlohmann::json::object();  // more JSON fields of this check (a finding's parts)
+};
+
+struct DoctorOptions {
+  std::string head_threshold = "30s";
+};
+
+// The server's wall clock, read once from the ctime of a node we create (the
+// acl probe) and carried forward on this host's monotonic clock: lock node
+// ages are differences of two server times, not of two hosts' clocks. Until
+// (unless) a probe was created it is this host's wall clock.
+struct ServerClock {
+  std::optional<std::int64_t> at_probe_ms;
+  SteadyClock::time_point probe_seen{};
+  std::int64_t now() const {
+    if (!at_probe_ms) return now_ms();
+    return *at_probe_ms + std::chrono::duration_cast<milliseconds>(SteadyClock::now() - probe_seen).count();
+  }
 };
 
 // Sends a four-letter word to host:port and returns the whole answer, or
@@ -114,7 +136,34 @@ std::string srvr_field(const std::string& text, const std::string& key) {
   return v;
 }
 
-std::vector<Check> run_checks(const GlobalOptions& g, int& exit_status) {
+// 8. Lock heads that have kept others waiting for `threshold` or longer:
+// one warning per lock, else one "ok" line.
+void check_heads(Client& client, const std::string& root, milliseconds threshold, const ServerClock& server_clock,
+                 std::vector<Check>& checks) {
+  const auto tree = read_tree(client, root);
+  const auto report = find_long_heads(client, tree, server_clock.now(), threshold);
+  for (const auto& f : report.findings) {
+    checks.push_back({"lock " + f.lock, "warn", finding_text(f),
+                      {{"finding", kHeadNotTakingTheLock},
+                       {"lock", f.lock},
+                       {"node", f.node},
+                       {"owner", f.owner},
+                       {"session", f.session},
+                       {"head_ms", f.kept_waiting_ms},
+                       {"since_hand_off", f.since_hand_off},
+                       {"holders", f.holders},
+                       {"waiters", f.waiters},
+                       {"retakes", f.retakes}}});
+  }
+  if (!report.findings.empty()) return;
+  std::string detail = "no lock head has kept others waiting for " + format_duration(threshold) + " or longer (" +
+                       std::to_string(report.with_waiters) + " with waiters";
+  if (!tree.complete()) detail += "; " + std::to_string(tree.unreadable.size()) + " paths unreadable";
+  if (!server_clock.at_probe_ms) detail += "; ages by this host's clock";
+  checks.push_back({"lock heads", "ok", detail + ")"});
+}
+
+std::vector<Check> run_checks(const GlobalOptions& g, milliseconds head_threshold, int& exit_status) {
   std::vector<Check> checks;
   const std::string root = resolve_path(g.root, "/");
   const auto timeout = parse_duration(g.connect_timeout);
@@ -172,7 +221,9 @@ std::vector<Check> run_checks(const GlobalOptions& g, int& exit_status) {
     checks.push_back({"ensemble id", "fail", e.what()});
   }
 
-  // 5. Root, and 6. permissions on it (a probe node: create, then delete).
+  // 5. Root, and 6. permissions on it (a probe node: create, then delete;
+  // its ctime is the server's clock for check 8).
+  ServerClock server_clock;
   std::optional<Stat> root_stat;
   try {
     root_stat = client->try_stat(root);
@@ -185,10 +236,15 @@ std::vector<Check> run_checks(const GlobalOptions& g, int& exit_status) {
     try {
       (void)client->children(root);
       const std::string probe = root + "/zklock-doctor-" + new_guid();
-      std::promise<Status> created, removed;
+      std::promise<std::pair<Status, Stat>> created;
+      std::promise<Status> removed;
       client->create_async(probe, "", CreateMode::ephemeral,
-                           [&created](Status s, const std::string&, const Stat&) { created.set_value(s); });
-      const Status cs = created.get_future().get();
+                           [&created](Status s, const std::string&, const Stat& st) { created.set_value({s, st}); });
+      const auto [cs, probe_stat] = created.get_future().get();
+      if (cs.ok() && probe_stat.ctime != 0) {
+        server_clock.at_probe_ms = probe_stat.ctime;
+        server_clock.probe_seen = SteadyClock::now();
+      }
       if (!cs.ok()) {
         c.status = "fail";
         c.detail = "cannot create under " + root + ": " + cs.error("create").what();
@@ -235,19 +291,32 @@ std::vector<Check> run_checks(const GlobalOptions& g, int& exit_status) {
     else checks.push_back({"detector", "fail", e.what()});
   }
 
+  if (root_stat) {
+    try {
+      check_heads(*client, root, head_threshold, server_clock, checks);
+    } catch (const Error& e) {
+      checks.push_back({"lock heads", "fail", e.what()});
+    }
+  }
+
   if (std::any_of(checks.begin(), checks.end(), [](const Check& c) { return c.status == "fail"; })) {
     exit_status = exit_code::failure;
   }
   return checks;
 }
 
-void run_doctor(Context& ctx) {
+void run_doctor(Context& ctx, const DoctorOptions& o) {
   const auto& g = ctx.global;
+  const auto head_threshold = parse_duration(o.head_threshold);  // a usage error before connecting
   int status = exit_code::ok;
-  const auto checks = run_checks(g, status);
+  const auto checks = run_checks(g, head_threshold, status);
   if (g.json) {
     nlohmann::json j{{"zk", g.zk}, {"ok", status == exit_code::ok}, {"checks", nlohmann::json::array()}};
-    for (const auto& c : checks) j["checks"].push_back({{"name", c.name}, {"status", c.status}, {"detail", c.detail}});
+    for (const auto& c : checks) {
+      nlohmann::json check{{"name", c.name}, {"status", c.status}, {"detail", c.detail}};
+      check.update(c.fields);
+      j["checks"].push_back(std::move(check));
+    }
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     Table t({"CHECK", "STATUS", "DETAIL"});
@@ -260,9 +329,15 @@ void run_doctor(Context& ctx) {
 }  // namespace
 
 void set_doctor_command(CLI::App* app, Context& ctx) {
+  auto opts = std::make_shared<DoctorOptions>();
   auto* sub = app->add_subcommand("doctor", "Check reachability, server version and mode, ensemble id, session timeout, "
-                                            "root, permissions and the detector leader");
-  sub->callback([&ctx] { run_doctor(ctx); });
+                                            "root, permissions, the detector leader and lock heads that keep others "
+                                            "waiting");
+  sub->add_option("--head-threshold", opts->head_threshold,
+                  "Report a lock whose head has had waiters behind it this long (\"head not taking the lock\"; "
+                  "held or stuck)")
+      ->capture_default_str();
+  sub->callback([&ctx, opts] { run_doctor(ctx, *opts); });
 }
 
 }  // namespace zklock::cli

@@ -186,6 +186,20 @@ std::vector<CycleReport> Daemon::scan_once() {
   }
   previous_cycles_ = std::move(seen);
 
+  std::map<std::string, HeadSeen> heads;
+  std::int64_t oldest_head_ms = 0;
+  for (const auto& h : analysis.heads) {
+    if (!h.known()) continue;  // a stat not read yet: no age
+    auto since = h.since_ms();
+    if (const auto prev = heads_.find(h.lock); prev != heads_.end()) {
+      since = prev->second.node == h.node ? prev->second.since_ms : std::max(since, last_scan_ms_);
+    }
+    oldest_head_ms = std::max(oldest_head_ms, now_ms - since);
+    heads.emplace(h.lock, HeadSeen{h.node, since});
+  }
+  heads_ = std::move(heads);
+  last_scan_ms_ = now_ms;
+
   Metrics::ScanFigures f;
   f.locks = analysis.locks;
   f.holders = analysis.holders;
@@ -193,6 +207,7 @@ std::vector<CycleReport> Daemon::scan_once() {
   f.oldest_wait_seconds = static_cast<double>(analysis.oldest_wait_ms) / 1000.0;
   f.cycles = previous_cycles_.size();
   f.oldest_cycle_scans = oldest_cycle_scans;
+  f.oldest_head_with_waiters_seconds = static_cast<double>(oldest_head_ms) / 1000.0;
   f.scan_seconds = std::chrono::duration<double>(Clock::now() - started).count();
   metrics_.record_scan(f, mirror_->stats());
   if (analysis.truncated_waiters) {

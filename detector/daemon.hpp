@@ -6,7 +6,11 @@
 // checked multi (zklock/protocol/revoke.hpp). A scan runs every `interval`, and
 // also at the min-wait deadline of each new lock node the mirror sees (the
 // fast path), so detection latency is at most min_wait + one scan + one
-// round trip after the cycle closes.
+// round trip after the cycle closes. Each scan also measures how long the
+// head of each queue has kept waiters behind it (the oldest is exported as
+// zklock_detector_oldest_head_with_waiters_seconds): the detector does not
+// act on it, since a long hold and a head that never takes its grant look
+// the same (issue 30).
 //
 // Thread-safety: run() on one thread; stop(), metrics() and the accessors
 // from any thread.
@@ -124,6 +128,17 @@ class Daemon {
   // Nodes this replica revoked that the mirror still shows: cycles through
   // them are stale views of an already broken cycle (run() thread only).
   std::set<std::string> revoked_nodes_;
+  // The head of each lock with waiters at the last scan, and since when (ms
+  // since the epoch) it has kept them waiting as far as this replica knows:
+  // QueueHead::since_ms(), or the previous scan's time when the head changed
+  // since then (a node that reached the head between two scans got there
+  // after the earlier one). run() thread only.
+  struct HeadSeen {
+    std::string node;
+    std::int64_t since_ms = 0;
+  };
+  std::map<std::string, HeadSeen> heads_;
+  std::int64_t last_scan_ms_ = 0;
 };
 
 }  // namespace zklock::detector

@@ -164,6 +164,9 @@ std::string Metrics::render() const {
   sample(out, "zklock_detector_waiters", static_cast<double>(last_.waiters), "Lock nodes that wait, at the last scan.");
   sample(out, "zklock_detector_oldest_wait_seconds", last_.oldest_wait_seconds,
          "Age of the oldest waiting lock node, at the last scan.");
+  sample(out, "zklock_detector_oldest_head_with_waiters_seconds", last_.oldest_head_with_waiters_seconds,
+         "Longest time the head node of a lock has had waiters behind it, at the last scan (0: no waiter). "
+         "A long hold and a head that does not take the lock look the same: check the owner.");
   sample(out, "zklock_detector_cycles", static_cast<double>(last_.cycles),
          "Deadlock cycles present at the last scan.");
   sample(out, "zklock_detector_oldest_cycle_scans", static_cast<double>(last_.oldest_cycle_scans),

@@ -40,6 +40,8 @@ class Metrics {
     double oldest_wait_seconds = 0;
     std::size_t cycles = 0;              // cycles seen by this scan
     std::uint64_t oldest_cycle_scans = 0;  // consecutive scans the longest-lived of them was seen in
+    // The longest any head has kept waiters behind it (Daemon::heads_); 0: none.
+    double oldest_head_with_waiters_seconds = 0;
     double scan_seconds = 0;
   };
   void record_scan(const ScanFigures& f, const MirrorStats& mirror);

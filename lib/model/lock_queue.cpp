@@ -57,6 +57,13 @@ void analyze_queue(const LockQueue& q, const OwnerOf& owner_of, const AnalyzeOpt
     ++(holds[i] ? out.holders : out.waiters);
   }
 
+  // Holders are a prefix (queue_order.hpp): the first waiter follows them.
+  const auto first_waiter = static_cast<std::size_t>(std::find(holds.begin(), holds.end(), false) - holds.begin());
+  if (first_waiter < nodes.size()) {
+    out.heads.push_back(QueueHead{q.path, paths[0], owners[0], nodes[0].mode, nodes[0].czxid, nodes[0].ctime_ms,
+                                  nodes[first_waiter].ctime_ms, first_waiter, nodes.size() - first_waiter});
+  }
+
   const auto min_wait_ms = options.min_wait.count();
   std::size_t edges = 0;
   for (std::size_t i = 0; i < nodes.size(); ++i) {

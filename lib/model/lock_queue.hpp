@@ -23,6 +23,7 @@
 // the edges of one queue (the excess waiters are reported as truncated).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -86,8 +87,35 @@ struct OwnerInfo {
   std::size_t held_count() const noexcept { return held.size() + held_alone; }
 };
 
+// The head of a queue with waiters: its first node in creation order (it
+// holds), and the nodes queued behind it. The tree does not say whether the
+// head uses the lock or is stuck without taking it (issue 30): both look
+// the same. since_ms() is when the tree shows the head began keeping
+// others waiting: the later of its own creation and its first waiter's. It
+// is an upper bound on the truth, since a node that queued before it
+// reached the head is counted from its creation; the detector and the CLI
+// tighten it with what they know beyond one snapshot (docs/detector.md,
+// docs/cli.md).
+struct QueueHead {
+  std::string lock;
+  std::string node;   // the head's full path
+  std::string owner;  // resolved owner id
+  Mode mode = Mode::exclusive;
+  std::int64_t czxid = 0;
+  std::int64_t ctime_ms = 0;               // the head's; 0 while unknown
+  std::int64_t first_waiter_ctime_ms = 0;  // the oldest waiter's; 0 while unknown
+  std::size_t holders = 0, waiters = 0;    // waiters >= 1
+
+  bool known() const noexcept { return ctime_ms != 0 && first_waiter_ctime_ms != 0; }
+  // REQUIRES: known().
+  std::int64_t since_ms() const noexcept { return std::max(ctime_ms, first_waiter_ctime_ms); }
+};
+
 struct WaitAnalysis {
   WaitForGraph graph;
+  // One per queue with at least one waiter (analyze_snapshot(): the lone
+  // queues have none), in no particular order.
+  std::vector<QueueHead> heads;
   // analyze_queues(): every node and every owner. analyze_snapshot(): the
   // nodes of contended queues and the owners with a node in one.
   std::unordered_map<std::string, NodeInfo> nodes;  // by full path

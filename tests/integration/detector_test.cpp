@@ -5,6 +5,7 @@
 // use real FairMutex clients instead (the idle node is the library's).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <future>
@@ -274,6 +275,72 @@ TEST(Detector, ScansCostNoZooKeeperReadsWhileNothingChanges) {
   ASSERT_TRUE(d.mirror().wait_idle(10s));
   EXPECT_EQ(d.mirror().stats().nodes, 3u);
   EXPECT_EQ(d.mirror().stats().ops_issued, before.ops_issued + 2);
+}
+
+// A gauge's value in the detector's /metrics text; NaN when absent.
+double gauge(const Daemon& d, const std::string& name) {
+  const auto text = d.metrics().render();
+  const auto at = text.find("\n" + name + " ");
+  return at == std::string::npos ? std::nan("") : std::strtod(text.c_str() + at + name.size() + 2, nullptr);
+}
+
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Issue 30: how long the oldest head has kept others waiting, as exported.
+// Counted from the first waiter's arrival (not the head's creation), it
+// grows scan by scan; when the head changes it restarts from the scan that
+// still saw the old head (not from the new head's creation, long before);
+// a head with nobody behind it counts 0. Scans are run by hand, so the
+// bounds below are exact: ctime and our clock are one machine's (1 ms
+// rounding each way).
+TEST(Detector, ExportsHowLongTheOldestHeadHasKeptOthersWaiting) {
+  static const std::string kGauge = "zklock_detector_oldest_head_with_waiters_seconds";
+  const auto root = test::unique_path("det-head");
+  const auto x = root + "/x";
+  Owner a("A"), b("B"), c("C");
+  Daemon d(config(root));
+  const auto scan = [&] {
+    d.scan_once();
+    return gauge(d, kGauge);
+  };
+  const auto mirrored = [&](std::size_t n) {
+    return test::eventually([&] { return d.mirror().stats().nodes == n && d.mirror().idle(); }, 10s);
+  };
+  const auto a_node = a.hold(x);
+  ASSERT_TRUE(mirrored(1));
+  // Alone for half a second, scanned all along: it keeps nobody waiting.
+  const auto a_created = a.client().stat(a_node).ctime;
+  ASSERT_TRUE(test::eventually([&] {
+    EXPECT_EQ(scan(), 0.0) << "a head alone keeps nobody waiting";
+    return wall_ms() - a_created >= 500;
+  }, 10s));
+
+  const auto waiters_from = wall_ms();
+  const auto b_node = b.enqueue(x, Mode::exclusive);
+  c.enqueue(x, Mode::exclusive);
+  ASSERT_TRUE(mirrored(3));
+  double g = scan();
+  EXPECT_GE(g, 0.0);
+  EXPECT_LE(g, (wall_ms() - waiters_from + 2) / 1000.0);
+  ASSERT_TRUE(test::eventually([&] { return (g = scan()) >= 1.0; }, 10s)) << d.metrics().render();
+  EXPECT_LE(g, (wall_ms() - waiters_from + 2) / 1000.0);
+
+  // A leaves; B, queued over a second ago, is the head with C behind it.
+  const auto before_change = wall_ms();
+  scan();  // the last scan that sees A at the head
+  remove_node(a.client(), a_node);
+  ASSERT_TRUE(mirrored(2));
+  g = scan();
+  EXPECT_LE(g, (wall_ms() - before_change + 2) / 1000.0) << "counted from B's creation, not from the change";
+  const auto from_change = g;
+  ASSERT_TRUE(test::eventually([&] { return (g = scan()) >= from_change + 0.2; }, 10s));
+
+  remove_node(b.client(), b_node);  // C alone
+  ASSERT_TRUE(mirrored(1));
+  EXPECT_EQ(scan(), 0.0);
 }
 
 // The scan reads only the contended queues and the mirror's summary of the
