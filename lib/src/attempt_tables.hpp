@@ -44,6 +44,14 @@ struct AttemptTables {
   std::unordered_map<std::string, bool> seen;  // GUARDED_BY(mu)
   // Per lock path: the batch with a listing in flight, if any.
   std::unordered_map<std::string, std::shared_ptr<ListingBatch>> batches;  // GUARDED_BY(mu)
+  // Per owner: an owner that may wait keeps no idle node (lock_attempt.hpp,
+  // invariant 6). Empty entries stay (no allocation per acquisition) and
+  // are forgotten past 4,096 owners.
+  struct Owner {
+    std::vector<std::weak_ptr<LockAttempt>> idle;  // its retained idle attempts
+    int acquiring = 0;                             // its acquisitions under way (not re-takes)
+  };
+  std::unordered_map<std::string, Owner> owners;  // GUARDED_BY(mu)
 };
 
 }  // namespace zklock::detail

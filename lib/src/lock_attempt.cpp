@@ -85,6 +85,9 @@ LockAttempt::LockAttempt(Client& client, AttemptRequest request, Done done)
 
 LockAttempt::~LockAttempt() {
   if (observer_ != 0) impl_->unobserve(observer_);
+  // No other reference exists, so the helpers' REQUIRES mu_ holds as is.
+  end_acquiring_locked();  // an attempt dropped before its outcome (the client closing)
+  unlist_idle_locked();
 }
 
 void LockAttempt::start(Client& client, AttemptRequest request, Done done) {
@@ -96,6 +99,7 @@ void LockAttempt::start(Client& client, AttemptRequest request, Done done) {
     throw Error(Errc::would_deadlock, "owner '" + self->owner_ + "' already holds or waits for " +
                                           self->req_.lock_path + " in this process (zklock locks are not re-entrant)");
   }
+  self->begin_acquiring();  // before our create: the owner's idle nodes go first (invariant 6)
   self->pending_self_ = self;
   std::weak_ptr<LockAttempt> weak = self;
   self->observer_ = self->impl_->observe([weak](SessionEvent ev, std::uint64_t epoch) {
@@ -197,15 +201,25 @@ void LockAttempt::execute_locked(LockMachine::Commands cmds) {
     if (c.kind >= Cmd::granted) report_locked(c);
     else send_locked(c);
   }
+  const auto phase = machine_->phase();
+  if (idle_listed_ && phase != LockMachine::Phase::retained) unlist_idle_locked();
+  if (abandoned_ && phase == LockMachine::Phase::held) {
+    // Invariant (5): a re-take granted after its caller gave up. Nobody
+    // holds this grant; release it as a lease would (it may retain again).
+    abandoned_ = false;
+    execute_locked(machine_->step(MachineEvent{Kind::release}));
+    if (machine_->phase() == LockMachine::Phase::retained) retain_locked();
+    return;
+  }
   // Invariant (3): once released or failed, nobody need hold the attempt
   // (release_async's caller drops its Lease at once), yet the remove in
   // flight must still be answered, retried after a reconnect, and reported.
-  const auto phase = machine_->phase();
+  // Retained idle, the slot holds it (an abandoned re-take kept it alive).
   const bool over = phase == LockMachine::Phase::failed || phase == LockMachine::Phase::released ||
                     phase == LockMachine::Phase::releasing || phase == LockMachine::Phase::ending;
   if (over && !machine_->finished()) {
     keep_alive_while_cleaning();
-  } else if (keeping_alive_ && machine_->finished()) {
+  } else if (keeping_alive_ && (machine_->finished() || phase == LockMachine::Phase::retained)) {
     // Cleaned up: drop the timer now rather than let it fire (a timer-thread
     // wake per release, and the attempt held for a session timeout). The
     // outbox keeps us alive until mu_ is released (execute_locked always
@@ -223,7 +237,8 @@ void LockAttempt::report_locked(const MachineCommand& c) {
       const auto parsed = parse_lock_node_name(machine_->node_name());
       token_ = FencingToken(ensemble_id_, c.czxid, parsed ? parsed->sequence : 0);
       ++grant_;
-      fallback_.reset();
+      retake_.reset();
+      end_acquiring_locked();
       if (grant_ > 1) {
         // A re-take: the earlier lease's token and callbacks stay quiet (its
         // release dropped the callbacks already; this keeps it so whatever
@@ -258,27 +273,9 @@ void LockAttempt::report_locked(const MachineCommand& c) {
     case Cmd::released:
       for (auto& then : std::exchange(release_waiters_, {})) outbox_.push_back(std::move(then));
       break;
-    case Cmd::retake_void: {
-      // Queue anew: the machine's remove went out first, so a waiter the
-      // re-take's listing found is ahead of our new node.
-      finish_locked();
-      impl_->defer([keep = std::move(pending_self_)] {});
-      auto done = std::exchange(done_, nullptr);
-      auto fallback = std::move(fallback_);
-      impl_->log->debug("re-take of {} void: {}", req_.lock_path, c.message);
-      if (done && fallback) {
-        outbox_.push_back([client = client_, done = std::move(done), fallback = std::move(*fallback)]() mutable {
-          try {
-            LockAttempt::start(*client, std::move(fallback), done);
-          } catch (const Error& e) {
-            done(AcquireResult{Lease(), e});
-          } catch (const std::exception& e) {
-            done(AcquireResult{Lease(), Error(Errc::system_error, e.what())});
-          }
-        });
-      }
+    case Cmd::retake_void:
+      retake_void_locked(c.message);
       break;
-    }
     case Cmd::notice:
       impl_->log->warn("{}", c.message);
       break;
@@ -304,6 +301,7 @@ void LockAttempt::keep_alive_while_cleaning() {
 }
 
 void LockAttempt::finish_locked() {
+  end_acquiring_locked();
   if (timer_ != 0) impl_->cancel(timer_);
   timer_ = 0;
   impl_->unwatch(std::exchange(blocker_watch_, {}));

@@ -26,8 +26,19 @@
 //      may remain), the client's timer thread keeps the attempt alive.
 //  (4) Retained leases: one attempt serves every grant of its node (the
 //      first, then each re-take); `grant_` numbers them and a Lease acts only
-//      on its own grant. An idle retained attempt is owned by its mutex's
-//      RetainSlot; its retain timer holds only a weak reference.
+//      on its own grant, on_lost callbacks included (a release drops them).
+//      An idle retained attempt is owned by its mutex's RetainSlot; its
+//      retain timer holds only a weak reference.
+//  (5) A re-take is bounded by its request's timeout and stop_token: the
+//      caller gets the error then, and a grant that comes after it is
+//      released at once (`abandoned_`); a void re-take's fallback gets only
+//      the time left.
+//  (6) An owner with an acquisition under way in this client has no idle
+//      retained node in it (AttemptTables::owners): each non-re-take start
+//      ends the owner's idle retentions before its create is sent, and a
+//      release during one does not retain. Its node in a queue is thus
+//      never a wait-for edge towards a node of its own that nobody holds
+//      (docs/detector.md, "Idle retained nodes").
 #pragma once
 
 #include <chrono>
@@ -118,6 +129,15 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   static bool retake_from_slot(AttemptRequest& request, Done& done);
   bool retake(AttemptRequest& fallback, Done& done);
   void retain_locked();  // REQUIRES mu_: the release kept the node; arm the timer, enter the slot
+  // The re-take numbered `grant` (grant_ when it began) gives up: its
+  // timeout or stop_token (invariant 5).
+  void cancel_retake(std::uint64_t grant, Errc errc, std::string message);
+  void retake_void_locked(const std::string& why);  // REQUIRES mu_: the re-take did not grant
+  // Invariant (6): this acquisition is under way; the owner's idle
+  // retentions end. Before any concurrency (start).
+  void begin_acquiring();
+  void end_acquiring_locked();  // REQUIRES mu_: the outcome is known
+  void unlist_idle_locked();    // REQUIRES mu_: no longer retained idle
   // Runs `fn` under mu_, then what it queued in outbox_, unlocked: user
   // callbacks, and anything that may drop the last Lease (whose destructor
   // releases, taking mu_).
@@ -163,7 +183,13 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   std::string node_path_;               // set when granted
   FencingToken token_;                  // GUARDED_BY(mu_): set when granted
   std::uint64_t grant_ = 0;             // GUARDED_BY(mu_): grants so far (invariant 4)
-  std::unique_ptr<AttemptRequest> fallback_;  // GUARDED_BY(mu_): a re-take's normal acquisition if void
+  // A re-take in flight: its normal acquisition if void, and its deadline
+  // (the request's timeout from its start; none: no timeout).
+  struct Retake {
+    AttemptRequest fallback;
+    std::optional<Clock::time_point> deadline;
+  };
+  std::unique_ptr<Retake> retake_;  // GUARDED_BY(mu_)
   Client::Impl::TimerId retain_timer_ = 0;
   std::optional<LossReason> loss_;      // GUARDED_BY(mu_)
   std::string loss_detail_;
@@ -176,6 +202,9 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   std::unique_ptr<std::stop_callback<std::function<void()>>> stop_cb_;
   bool registered_ = false;
   bool keeping_alive_ = false;
+  bool abandoned_ = false;   // GUARDED_BY(mu_): a re-take whose caller gave up (invariant 5)
+  bool acquiring_ = false;   // GUARDED_BY(mu_): counted in AttemptTables::owners (invariant 6)
+  bool idle_listed_ = false; // GUARDED_BY(mu_): listed there as idle
   Client::Impl::TimerId keep_alive_timer_ = 0;  // GUARDED_BY(mu_): while keeping_alive_
   // The latest blocker's watch, taken back when the attempt ends before it
   // fires (Client::Impl::unwatch): a waiter that gives up leaves nothing on

@@ -296,6 +296,148 @@ TEST(Retain, AnEarlierLeasesOnLostCallbackStaysQuietWhenAReTakeIsLost) {
   EXPECT_EQ(a_calls.load(), 0);
 }
 
+// The re-take tests acquire on other threads: one owner for all (the
+// default owner is the thread's, and only the same owner re-takes).
+const AcquireOptions kOwner{.owner = "retaker"};
+
+// A re-take whose setData the proxy holds: the request's timeout still
+// ends it (issue 25; it waited for the answer, up to 2/3 of the session
+// timeout). The grant that comes once the hold lets go is released, not
+// leaked: another client is granted the lock.
+TEST(Retain, AReTakeReturnsWithinItsTimeoutAndAGrantAfterItIsNotLeaked) {
+  test::FaultProxy proxy(test::shared_server().port());
+  Client c({.connect = proxy.connect_string(), .session_timeout = 6s});
+  Client other(shared_opts());
+  const auto path = unique_lock_path("retain-retake-timeout");
+  FairMutex m(c, path, {.retain = 60s});
+  Lease a = m.acquire(kOwner);
+  const auto node = a.node_path();
+  a.release();
+  ASSERT_TRUE(other.try_stat(node));
+  proxy.hold_on_request(node, 5);  // the re-take's setData
+  const auto t0 = Clock::now();
+  auto r = std::async(std::launch::async, [&] { return m.try_acquire_for(200ms, kOwner); });
+  const bool returned = r.wait_for(3s) == std::future_status::ready;
+  const auto took = ms_since(t0);
+  EXPECT_EQ(proxy.request_holds(), 1u) << "the re-take's setData was not held";
+  proxy.release_held();
+  ASSERT_TRUE(returned) << "try_acquire_for(200ms) of a re-take still waiting after 3 s";
+  std::printf("[ retain   ] a held re-take's try_acquire_for(200ms) returned after %.0f ms\n", took);
+  EXPECT_FALSE(r.get()) << "granted while its setData was held";
+  EXPECT_LT(took, 1500.0);
+  // The held setData now runs: the re-take grants with no caller, and is
+  // released as a lease would be (retained, then ended by this waiter).
+  auto o = FairMutex(other, path).try_acquire_for(5s);
+  ASSERT_TRUE(o) << "the lock leaked to a grant nobody holds";
+  const auto to = o->token();
+  o->release();
+  Lease b = m.acquire(kOwner);
+  EXPECT_TRUE(b.token() > to);
+}
+
+// The same held re-take, cancelled by its stop_token.
+TEST(Retain, AReTakeIsCancelledByItsStopToken) {
+  test::FaultProxy proxy(test::shared_server().port());
+  Client c({.connect = proxy.connect_string(), .session_timeout = 6s});
+  const auto path = unique_lock_path("retain-retake-stop");
+  FairMutex m(c, path, {.retain = 60s});
+  Lease a = m.acquire(kOwner);
+  const auto node = a.node_path();
+  a.release();
+  proxy.hold_on_request(node, 5);
+  std::stop_source stop;
+  auto r = std::async(std::launch::async, [&] { return m.acquire(stop.get_token(), kOwner); });
+  ASSERT_TRUE(eventually([&] { return proxy.request_holds() == 1; }, 5s));
+  const auto t0 = Clock::now();
+  stop.request_stop();
+  const bool returned = r.wait_for(3s) == std::future_status::ready;
+  const auto took = ms_since(t0);
+  proxy.release_held();
+  ASSERT_TRUE(returned) << "a stop request did not end the re-take within 3 s";
+  std::printf("[ retain   ] a held re-take returned %.0f ms after its stop request\n", took);
+  try {
+    r.get();
+    ADD_FAILURE() << "granted after its stop request";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::cancelled) << e.what();
+  }
+  EXPECT_LT(took, 1000.0);
+}
+
+// A re-take that turns out void (a waiter queued while its setData was
+// held) falls back to a normal acquisition with the time left, not the
+// whole timeout again.
+TEST(Retain, AVoidReTakesFallbackGetsOnlyTheTimeLeft) {
+  test::FaultProxy proxy(test::shared_server().port());
+  Client c({.connect = proxy.connect_string(), .session_timeout = 6s});
+  Client other(shared_opts());
+  const auto path = unique_lock_path("retain-retake-left");
+  FairMutex m(c, path, {.retain = 60s});
+  FairMutex mo(other, path);
+  Lease a = m.acquire(kOwner);
+  const auto node = a.node_path();
+  a.release();
+  proxy.hold_on_request(node, 5);
+  constexpr auto kTimeout = 1500ms;
+  const auto t0 = Clock::now();
+  auto r = std::async(std::launch::async, [&] { return m.try_acquire_for(kTimeout, kOwner); });
+  ASSERT_TRUE(eventually([&] { return proxy.request_holds() == 1; }, 5s));
+  auto w = std::make_shared<std::promise<AcquireResult>>();
+  auto wf = w->get_future();
+  mo.acquire_async([w](AcquireResult res) { w->set_value(std::move(res)); });
+  ASSERT_TRUE(eventually([&] { return other.children(path).size() == 2; }, 5s));
+  std::this_thread::sleep_until(t0 + 1000ms);  // two thirds of the timeout spent on the re-take
+  proxy.release_held();
+  ASSERT_EQ(wf.wait_for(10s), std::future_status::ready) << "the waiter was never granted";
+  auto held = wf.get();
+  ASSERT_FALSE(held.error) << held.error->what();
+  ASSERT_EQ(r.wait_for(10s), std::future_status::ready);
+  const auto took = ms_since(t0);
+  std::printf("[ retain   ] try_acquire_for(%lld ms) with a void re-take returned after %.0f ms\n",
+              static_cast<long long>(kTimeout.count()), took);
+  EXPECT_FALSE(r.get()) << "granted while the waiter holds the lock";
+  EXPECT_GE(took, 1400.0);
+  EXPECT_LT(took, 2300.0) << "the fallback restarted the whole timeout";
+  held.lease.release();
+}
+
+// An owner that queues for another lock first releases its idle retained
+// nodes (issue 25): an idle node must not stand in a queue for an owner
+// that waits (docs/detector.md, "Idle retained nodes").
+TEST(Retain, AnOwnerQueueingForAnotherLockReleasesItsIdleNodeFirst) {
+  Client c(shared_opts()), other(shared_opts());
+  const auto pa = unique_lock_path("retain-owner-a"), pb = unique_lock_path("retain-owner-b");
+  FairMutex ma(c, pa, {.retain = 60s}), mb(c, pb, {.retain = 60s});
+  Lease held = FairMutex(other, pb).acquire();
+  Lease a = ma.acquire({.owner = "x"});
+  const auto node = a.node_path();
+  a.release();
+  ASSERT_TRUE(other.try_stat(node)) << "not retained";
+  auto w = std::make_shared<std::promise<AcquireResult>>();
+  auto wf = w->get_future();
+  mb.acquire_async([w](AcquireResult res) { w->set_value(std::move(res)); }, {.owner = "x"});
+  ASSERT_TRUE(eventually([&] { return other.children(pb).size() == 2; }, 5s));
+  EXPECT_TRUE(eventually([&] { return !other.try_stat(node); }, 5s))
+      << "the idle node stayed while its owner waits for another lock";
+  EXPECT_EQ(wf.wait_for(0ms), std::future_status::timeout);
+  // Nor does it retain while that wait lasts: a release deletes.
+  Lease again = ma.acquire({.owner = "x"});
+  EXPECT_NE(again.node_path(), node);
+  again.release();
+  // (release() returns once the lease is over; the node's delete follows.)
+  EXPECT_TRUE(eventually([&] { return !other.try_stat(again.node_path()); }, 5s))
+      << "retained while its owner waits elsewhere";
+  held.release();
+  ASSERT_EQ(wf.wait_for(10s), std::future_status::ready);
+  auto b = wf.get();
+  ASSERT_FALSE(b.error) << b.error->what();
+  b.lease.release();
+  // With no wait under way, the owner retains again.
+  Lease third = ma.acquire({.owner = "x"});
+  third.release();
+  EXPECT_TRUE(other.try_stat(third.node_path()));
+}
+
 // Our idle node deleted by someone else (an operator, a revocation): the
 // retention ends quietly and the next acquire is a normal one.
 TEST(Retain, AnIdleNodeDeletedByAnotherClientFallsBackToANormalAcquire) {

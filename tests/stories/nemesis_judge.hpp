@@ -110,9 +110,11 @@ class RunJudge : public Run {
     for (std::size_t i = 0; i < faults_.size(); ++i) {
       const auto& f = faults_[i];
       out += "  #" + std::to_string(i + 1) + " " + at(f.start_us) + " " + f.kind + " " + f.target + " " +
-             std::to_string(f.dur_ms) + " ms, healed " + at(f.heal_us) + "; every contender granted " +
-             (f.worst_ms < 0 ? std::string("NOT within the bound (") + f.worst_contender + ")"
-                             : std::to_string(f.worst_ms) + " ms after (last " + f.worst_contender + ")") +
+             std::to_string(f.dur_ms) + " ms, healed " + at(f.heal_us) + "; " +
+             (!f.judged         ? std::string("the next fault followed at once (not judged)")
+              : f.worst_ms < 0  ? "every contender granted: NOT within the bound (" + f.worst_contender + ")"
+                                : "every contender granted " + std::to_string(f.worst_ms) + " ms after (last " +
+                                     f.worst_contender + ")") +
              f.note + "\n";
     }
     return out;

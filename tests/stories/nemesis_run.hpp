@@ -41,6 +41,7 @@ struct FaultRecord {
   // with worst_contender set: that contender was never granted.
   std::int64_t worst_ms = -1;
   std::string worst_contender;
+  bool judged = false;  // await_liveness ran for this heal
 };
 
 class Run {
@@ -116,6 +117,7 @@ class Run {
   // when one was not granted within kLivenessMs.
   bool await_liveness(FaultRecord& rec) {
     const std::int64_t h = rec.heal_us;
+    rec.judged = true;
     auto all = [&] {
       return std::all_of(contenders_.begin(), contenders_.end(), [&](auto& c) { return c.last_grant_at > h; });
     };
