@@ -21,18 +21,26 @@
 #include <set>
 #include <string>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 namespace zklock::detail {
 
 class LockAttempt;
 
-// Listings are batched per lock, with at most one in flight (lock_attempt_io.cpp).
+// One attempt's listing in a batch: its tag, and whether it asked for the
+// children watch (list_watch; the listing's watch is then shared).
+struct ListingWant {
+  std::weak_ptr<LockAttempt> attempt;
+  std::uint64_t tag = 0;
+  bool watch = false;
+};
+
+// Listings are batched per lock, with at most one in flight, watched or not
+// (lock_attempt_io.cpp).
 struct ListingBatch {
   std::mutex mu;
-  std::vector<std::pair<std::weak_ptr<LockAttempt>, std::uint64_t>> waiting;  // GUARDED_BY(mu)
-  bool inflight = false;                                                       // GUARDED_BY(mu)
+  std::vector<ListingWant> waiting;  // GUARDED_BY(mu)
+  bool inflight = false;             // GUARDED_BY(mu)
 };
 
 struct AttemptTables {

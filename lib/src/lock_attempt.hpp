@@ -154,7 +154,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   void deliver_locked(Error error);                 // REQUIRES mu_: the outcome is an error
   void execute_locked(LockMachine::Commands cmds);  // REQUIRES mu_
   void send_locked(const MachineCommand& c);        // REQUIRES mu_
-  void list_locked(std::uint64_t tag);              // REQUIRES mu_: a (batched) listing
+  void list_locked(std::uint64_t tag, bool watch);  // REQUIRES mu_: a (batched) listing
   void report_locked(const MachineCommand& c);      // REQUIRES mu_: an outcome
   bool start_release(std::uint64_t grant, std::function<void()> then);
   void keep_alive_while_cleaning();  // REQUIRES mu_

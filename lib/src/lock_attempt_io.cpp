@@ -45,6 +45,19 @@ MachineEvent answer(Kind kind, std::uint64_t tag, const Status& st) {
 // get_children serves every attempt that enrolled meanwhile (one session's
 // requests execute in order, so it lists all their nodes, each issued after
 // that attempt's create). An uncontended acquire still costs one round trip.
+//
+// Watched listings (list_watch) are batched too: the listing carries the
+// children watch if any attempt it serves asked for one, and the watch's
+// notification goes to each of those attempts with its own tag. For each it
+// is what its own list_watch would have been: issued after its create,
+// armed by the listing it is answered with, fired by the next change of the
+// children after that listing. They were sent one per attempt: a burst of N
+// local waiters on a lock the client last found free (MachineConfig::
+// watch_listings), or relisting after a reconnect before any listing had
+// shown them another node, sent N listings of a queue growing to N, each
+// parsed and held by its own machine — O(N^2) bytes from the server and in
+// memory (issue 31: 10,000 such waiters on one session grew a process past
+// 12 GB in the plain build, and CI's ASan stage to its OOM kill at 24 GB).
 std::shared_ptr<ListingBatch> batch_for(Client::Impl* impl, const std::string& path) {
   auto& t = *impl->attempt_tables;
   std::lock_guard lk(t.mu);
@@ -53,12 +66,32 @@ std::shared_ptr<ListingBatch> batch_for(Client::Impl* impl, const std::string& p
   return b;
 }
 
+// The children watch of a shared listing: its notification, to every attempt
+// served that asked for the watch.
+Watcher shared_children_watch(const std::vector<ListingWant>& served) {
+  auto watchers = std::make_shared<std::vector<ListingWant>>();
+  for (const auto& w : served) {
+    if (w.watch) watchers->push_back(w);
+  }
+  if (watchers->empty()) return nullptr;
+  return [watchers](const WatchEvent&) {
+    for (const auto& w : *watchers) {
+      auto a = w.attempt.lock();
+      if (!a) continue;
+      MachineEvent ev{Kind::children_changed};
+      ev.tag = w.tag;
+      a->feed(ev);
+    }
+  };
+}
+
 // REQUIRES batch->mu. Its answer sends the next listing for whoever enrolled meanwhile.
 void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std::string path,
-                   std::vector<std::pair<std::weak_ptr<LockAttempt>, std::uint64_t>> served) {
+                   std::vector<ListingWant> served) {
   batch->inflight = true;
-  impl->get_children(path, nullptr, [impl, path, batch, served = std::move(served)](
-                                        Status st, std::vector<std::string> children) {
+  Watcher watch = shared_children_watch(served);
+  impl->get_children(path, std::move(watch), [impl, path, batch, served = std::move(served)](
+                                                 Status st, std::vector<std::string> children) {
     {
       std::lock_guard lk(batch->mu);
       batch->inflight = false;
@@ -73,10 +106,11 @@ void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std:
     }
     // Parsed and put in order once for everyone it serves.
     const auto listing = parse_listing(st.ok() ? children : std::vector<std::string>{});
-    for (const auto& [weak, tag] : served) {
-      auto a = weak.lock();
+    children = {};
+    for (const auto& w : served) {
+      auto a = w.attempt.lock();
       if (!a) continue;
-      MachineEvent ev = answer(Kind::listed, tag, st);
+      MachineEvent ev = answer(Kind::listed, w.tag, st);
       ev.listing = listing;
       a->feed(ev);
     }
@@ -172,21 +206,8 @@ void LockAttempt::send_locked(const MachineCommand& c) {
       break;
     }
     case Cmd::list:
-      list_locked(tag);
-      break;
-    case Cmd::list_watch:  // never batched: the children watch is this attempt's
-      impl_->get_children(
-          req_.lock_path,
-          [feed_to, tag](const WatchEvent&) {
-            MachineEvent ev{Kind::children_changed};
-            ev.tag = tag;
-            feed_to(ev);
-          },
-          [feed_to, tag](Status st, std::vector<std::string> children) {
-            MachineEvent ev = answer(Kind::listed, tag, st);
-            if (st.ok()) ev.children = std::move(children);
-            feed_to(ev);
-          });
+    case Cmd::list_watch:  // batched alike; the watch is shared (issue_listing)
+      list_locked(tag, c.kind == Cmd::list_watch);
       break;
     case Cmd::touch:  // the node data unchanged, at the expected version
       impl_->set_data(child_path(c.name), data_, c.version, [feed_to, tag](Status st, const Stat& stat) {
@@ -260,14 +281,15 @@ void LockAttempt::note_blocker_watch(std::uint64_t tag, Client::Impl::WatchRef r
   });
 }
 
-// A listing issued after every request this attempt has sent so far.
-void LockAttempt::list_locked(std::uint64_t tag) {
+// A listing issued after every request this attempt has sent so far; with
+// the children watch when `watch`.
+void LockAttempt::list_locked(std::uint64_t tag, bool watch) {
   auto batch = batch_for(impl_, req_.lock_path);
   std::lock_guard lk(batch->mu);
   if (!batch->inflight) {
-    issue_listing(impl_, batch, req_.lock_path, {{weak_from_this(), tag}});
+    issue_listing(impl_, batch, req_.lock_path, {ListingWant{weak_from_this(), tag, watch}});
   } else {
-    batch->waiting.emplace_back(weak_from_this(), tag);
+    batch->waiting.push_back(ListingWant{weak_from_this(), tag, watch});
   }
 }
 

@@ -144,7 +144,7 @@ struct MachineCommand {
     create,        // create EPHEMERAL_SEQUENTIAL <lock>/<prefix> with the node data; name: the GUID
     make_parents,  // create the lock path and its ancestors as containers
     list,          // getChildren(<lock>), no watch (the shell may batch it)
-    list_watch,    // getChildren(<lock>) with a children watch (never batched)
+    list_watch,    // getChildren(<lock>) with a children watch (the shell may batch it: the watch then fires to each)
     touch,         // setData(<lock>/<name>, the node data unchanged, expected `version`)
     read_stats,    // exists(<lock>/<name>) for each of `names`, no watch, pipelined
     watch_blocker, // exists(<lock>/<name>) with a watch
