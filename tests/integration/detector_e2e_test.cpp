@@ -538,6 +538,70 @@ TEST(DetectorE2E, ACycleOfRealLocksThatDissolvesBeforeTheMultiIsNotRevoked) {
               static_cast<unsigned long long>(d.metrics().aborted()));
 }
 
+// Whether `session` holds a data watch on `path`, from the server's `wchp`
+// (each watched path, then its sessions on tab-indented lines).
+bool watched_by(int port, const std::string& path, std::int64_t session) {
+  auto text = test::four_letter_word("127.0.0.1", port, "wchp");
+  if (!text) return false;
+  char id[32];
+  std::snprintf(id, sizeof id, "0x%llx", static_cast<unsigned long long>(session));
+  std::istringstream in(*text);
+  bool under = false;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line[0] != '\t') under = line == path;
+    else if (under && line.find(id) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Issue 25: an idle retained node is no hold. xavier retains a, queues
+// for b behind yvonne, and is then cut off (a blackhole: he can act no more
+// than a paused process could) for longer than min-wait while yvonne asks
+// for a. An owner releases its idle nodes before it queues anywhere, so
+// yvonne is granted a, and there is no cycle to revoke.
+TEST(DetectorE2E, AnIdleRetainedNodeOfAnOwnerQueuedElsewhereAndCutOffIsNoCycle) {
+  const auto zk = test::shared_server().connect_string();
+  const auto root = test::unique_path("e2e-retained");
+  Running run(config(zk, root, "e2e-retained"));
+  ASSERT_TRUE(run.daemon().election().wait_leader(10s));
+  test::FaultProxy proxy(test::shared_server().port());
+  auto ox = session(proxy.connect_string());
+  ox.session_timeout = 10s;  // the cut must not expire it: xavier's nodes stay
+  Client cx(ox), cy(session(zk));
+  const auto a = root + "/a", b = root + "/b";
+  FairMutex xa(cx, a, {.retain = 60s}), xb(cx, b), ya(cy, a), yb(cy, b);
+  const AcquireOptions x{.owner = "xavier"}, y{.owner = "yvonne"};
+  Lease first = xa.acquire(x);
+  const auto idle = first.node_path();
+  first.release();
+  ASSERT_TRUE(cy.try_stat(idle)) << "not retained";
+  Lease held = yb.acquire(y);
+  Request x_waits;
+  xb.acquire_async(x_waits.callback(), x);
+  // Settled: waiting on his blocker's watch, no request of his in flight
+  // (the blackhole would drop it and break his connection's stream).
+  const int port = test::shared_server().port();
+  ASSERT_TRUE(eventually([&] { return watched_by(port, held.node_path(), cx.session_id()); }, 5s))
+      << "xavier did not queue for b";
+  proxy.blackhole(true);
+  Request y_asks;
+  ya.acquire_async(y_asks.callback(), y);
+  const auto bound = latency_bound(run.cfg().min_wait, run.cfg().interval);
+  ASSERT_TRUE(y_asks.wait(bound)) << "yvonne still waits for a: " << y_asks.message();
+  EXPECT_TRUE(y_asks.granted()) << y_asks.message();
+  // A cycle would be revoked within the bound of yvonne's request.
+  const auto revoked = run.wait_for("revoked", 1, bound);
+  EXPECT_TRUE(revoked.empty()) << "revoked: " << revoked.front().text;
+  EXPECT_FALSE(x_waits.done()) << x_waits.message();
+  proxy.blackhole(false);
+  Lease ya_lease = y_asks.take_lease();
+  ya_lease.release();
+  held.release();
+  ASSERT_TRUE(x_waits.wait(15s)) << "xavier was never granted b";
+  ASSERT_TRUE(x_waits.granted()) << x_waits.message();
+  x_waits.take_lease().release();
+}
+
 // R1 holds X (shared) and waits for Y; W waits for X behind R1; R2 holds Y
 // (shared) and waits for X behind W: R2 -> W is a soft edge (queue order).
 TEST(DetectorE2E, ReadWriteSoftEdgeCycleWithFairSharedMutex) {
