@@ -185,6 +185,11 @@ bool Client::Impl::validity_params(detail::ValidityParams* out) {
   out->timeout = timeout;
   out->margin = margin();
   out->tick = settings_.tick > 0ms ? settings_.tick : timeout / 2;
+  if (settings_.read) {
+    log->debug("zookeeper servers' conf: tickTime {} ms, minSessionTimeout {} ms, maxSessionTimeout {} ms, syncLimit {}",
+               settings_.tick.count(), settings_.min_session.count(), settings_.max_session.count(),
+               settings_.sync_limit);
+  }
   if (settings_.tick <= 0ms) {
     log->warn("zookeeper session 0x{:x}: the servers' tickTime is unknown (`conf` not answered: add it to "
               "4lw.commands.whitelist, or set ClientOptions::server_tick_time); the validity bound assumes "
@@ -193,7 +198,7 @@ bool Client::Impl::validity_params(detail::ValidityParams* out) {
   }
   if (!out->usable()) {
     log->error("zookeeper session 0x{:x}: timeout {} ms is too short to prove a validity bound with tickTime "
-               "{} ms (timeout − margin must be at least 1.2 × tickTime): valid() stays false",
+               "{} ms (timeout − margin must be at least 1.5 × tickTime): valid() stays false",
                session_id(), timeout.count(), std::chrono::duration_cast<std::chrono::milliseconds>(out->tick).count());
     return false;
   }
@@ -202,7 +207,8 @@ bool Client::Impl::validity_params(detail::ValidityParams* out) {
 
 void Client::Impl::start() {
   set_zk_c_logger(log);
-  read_server_settings();
+  const auto began = Clock::now();
+  read_server_settings();  // its time counts against connect_timeout
   executor_.start();
   try {
     // Opened under the exclusive lock: the first session event may arrive
@@ -215,7 +221,7 @@ void Client::Impl::start() {
     throw;
   }
   std::unique_lock lk(mu_);
-  const bool up = state_cv_.wait_for(lk, opts.connect_timeout, [&] { return has_session_; });
+  const bool up = state_cv_.wait_until(lk, began + opts.connect_timeout, [&] { return has_session_; });
   const bool auth_failed = !up && state_ == ConnectionState::lost;
   lk.unlock();
   if (!up) {

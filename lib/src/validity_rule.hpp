@@ -35,9 +35,10 @@ struct ValidityParams {
   RuleClock::duration margin{};   // subtracted for clock-rate error
 
   // The longest gap between two pings of a leader to one follower, as our
-  // clock measures it: tickTime/2 (Leader.lead's loop) plus a fifth for the
-  // loop's own work and the clocks' rate error.
-  RuleClock::duration ping_gap() const { return tick * 6 / 10; }
+  // clock measures it: tickTime/2 (Leader.lead's loop) plus half as much
+  // again for the loop's own work, the leader's thread scheduling and the
+  // clocks' rate error.
+  RuleClock::duration ping_gap() const { return tick * 3 / 4; }
   // The heartbeat period P. The bound at any instant is at most
   // ping_gap + 3 P + 3 round trips old (a chain waits up to P for each of j
   // and k, and up to P for its i); a quarter of what the margin leaves after
@@ -45,7 +46,8 @@ struct ValidityParams {
   // of (timeout − margin − ping_gap)/12 each.
   RuleClock::duration heartbeat_period() const;
   // False when the timeout is too short for the rule to keep a bound ahead
-  // of the present (timeout − margin < 2 ping gaps): validity is refused.
+  // of the present (timeout − margin < 2 ping gaps = 1.5 × tickTime):
+  // validity is refused.
   bool usable() const;
 };
 

@@ -15,18 +15,18 @@ namespace {
 using namespace std::chrono_literals;
 using TP = ValidityRule::time_point;
 
-// tickTime 200 ms (ping gap 120 ms), timeout 2 s, margin 200 ms: period 420 ms.
+// tickTime 200 ms (ping gap 150 ms), timeout 2 s, margin 200 ms: period 412.5 ms.
 ValidityParams params() { return ValidityParams{2000ms, 200ms, 200ms}; }
 TP at(int ms) { return TP(std::chrono::milliseconds(ms)) + 1h; }
 
 TEST(ValidityRule, ParamsOfTheProof) {
   const auto p = params();
-  EXPECT_EQ(p.ping_gap(), 120ms);
-  EXPECT_EQ(p.heartbeat_period(), 420ms);
+  EXPECT_EQ(p.ping_gap(), 150ms);
+  EXPECT_EQ(p.heartbeat_period(), 412500us);
   EXPECT_TRUE(p.usable());
-  // timeout − margin must be at least two ping gaps (1.2 × tickTime).
-  EXPECT_TRUE((ValidityParams{2000ms, 1500ms, 200ms}.usable()));   // 1800 >= 1800
-  EXPECT_FALSE((ValidityParams{2000ms, 1600ms, 200ms}.usable()));  // 1800 < 1920
+  // timeout − margin must be at least two ping gaps (1.5 × tickTime).
+  EXPECT_TRUE((ValidityParams{2000ms, 1200ms, 200ms}.usable()));   // 1800 >= 1800
+  EXPECT_FALSE((ValidityParams{2000ms, 1300ms, 200ms}.usable()));  // 1800 < 1950
   EXPECT_FALSE((ValidityParams{2000ms, 0ms, 200ms}.usable()));     // tickTime unknown
 }
 
@@ -43,8 +43,8 @@ TEST(ValidityRule, APairIsNoEvidence) {
 TEST(ValidityRule, AChainOfThreeProvesTheFirstSendTime) {
   ValidityRule r(params());
   EXPECT_FALSE(r.committed(1, at(0), at(5)));      // i
-  EXPECT_FALSE(r.committed(1, at(125), at(130)));  // j: sent a ping gap after i's answer
-  const auto b = r.committed(1, at(130), at(140)); // k: sent once j was answered
+  EXPECT_FALSE(r.committed(1, at(155), at(160)));  // j: sent a ping gap after i's answer
+  const auto b = r.committed(1, at(160), at(170));  // k: sent once j was answered
   ASSERT_TRUE(b);
   EXPECT_EQ(*b, at(0) + 2000ms - 200ms);
 }
@@ -52,8 +52,8 @@ TEST(ValidityRule, AChainOfThreeProvesTheFirstSendTime) {
 TEST(ValidityRule, JSentTooSoonAfterIsAnswerProvesNothingAboutI) {
   ValidityRule r(params());
   r.committed(1, at(0), at(5));
-  r.committed(1, at(124), at(130));  // 119 ms after i's answer: no ping need have fallen between
-  EXPECT_FALSE(r.committed(1, at(130), at(140)));
+  r.committed(1, at(154), at(160));  // 149 ms after i's answer: no ping need have fallen between
+  EXPECT_FALSE(r.committed(1, at(160), at(170)));
 }
 
 TEST(ValidityRule, KPipelinedBehindJProvesNothing) {
@@ -78,7 +78,7 @@ TEST(ValidityRule, ANewConnectionStartsOver) {
 }
 
 TEST(ValidityRule, RefusedSettingsProveNothing) {
-  ValidityRule r(ValidityParams{2000ms, 1600ms, 200ms});
+  ValidityRule r(ValidityParams{2000ms, 1300ms, 200ms});
   for (int t = 0; t < 5000; t += 500) EXPECT_FALSE(r.committed(1, at(t), at(t + 5)));
 }
 

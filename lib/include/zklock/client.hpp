@@ -9,7 +9,7 @@
 //
 // where t1 is the send time of a write of ours that a quorum committed,
 // answered on a connection that then carried two more committed writes: one
-// sent at least 0.6 × tickTime after t1's answer, one sent after that one's
+// sent at least 0.75 × tickTime after t1's answer, one sent after that one's
 // answer. Reads and syncs never count: a follower cut off from the leader
 // keeps answering reads, and a deposed leader answers syncs, while the new
 // leader expires the session. No leader can have expired the session before
