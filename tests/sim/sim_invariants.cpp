@@ -1,6 +1,9 @@
 // The invariants, checked after every step (check_step, check_grant) and at
 // the end of a run (check_end), and at each user release (check_told). The
 // first violation ends the run.
+#include <algorithm>
+
+#include "model/queue_order.hpp"
 #include "sim_world.hpp"
 
 namespace zklock::sim {
@@ -31,6 +34,47 @@ void World::check_step() {
     }
     if (exclusive > 1 || (exclusive == 1 && shared > 0)) {
       violate("exclusion (1) on " + locks_[l] + ":" + who);
+      return;
+    }
+  }
+}
+
+// (6) Liveness of the head: a machine whose node holds in the server's tree
+// (nothing earlier blocks it), still acquiring, with its session connected
+// and quiet (nothing in flight, nothing to deliver, no local answer pending)
+// has nothing left that could grant it: it must have been granted already.
+// This is the field failure of issue 30 (each head connected, not granted),
+// checked after every step rather than inferred from a timeout.
+void World::check_heads() {
+  if (!local_.empty()) return;
+  for (const auto& lock : locks_) {
+    const Node* dir = zk_.find(lock);
+    if (!dir || dir->children.empty()) continue;
+    struct Child {
+      LockNodeName name;
+      std::int64_t czxid;
+    };
+    std::vector<Child> queue;
+    for (const auto& c : dir->children) {
+      auto parsed = parse_lock_node_name(c);
+      const Node* n = zk_.find(lock + "/" + c);
+      if (parsed && n) queue.push_back(Child{std::move(*parsed), n->czxid});
+    }
+    // Creation order is czxid order (model/queue_order.hpp): the tree knows every czxid.
+    std::sort(queue.begin(), queue.end(), [](const Child& a, const Child& b) { return a.czxid < b.czxid; });
+    const auto holds = model::holders(queue, [](const Child& c) { return c.name.mode; });
+    for (std::size_t i = 0; i < queue.size() && holds[i]; ++i) {
+      const auto g = by_guid_.find(queue[i].name.guid.substr(0, 24));
+      if (g == by_guid_.end()) continue;
+      const auto& rec = machines_[static_cast<std::size_t>(g->second)];
+      if (rec.actor < 0) continue;
+      const auto& slot = slots_[static_cast<std::size_t>(actors_[static_cast<std::size_t>(rec.actor)].slot)];
+      if (slot.state != Slot::connected || slot.sid != rec.m->config().epoch || !slot.held.empty()) continue;
+      if (!zk_.quiet(slot.sid)) continue;
+      ++counters_.quiet_heads;  // the check had a case to judge
+      if (rec.m->phase() != detail::LockMachine::Phase::acquiring) continue;
+      violate("head liveness (6): m" + std::to_string(g->second) + "'s node " + queue[i].name.name + " of " + lock +
+              " holds, its session is connected and quiet, and it is still acquiring: nothing will grant it");
       return;
     }
   }

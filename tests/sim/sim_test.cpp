@@ -69,6 +69,7 @@ TEST(Sim, ManySeeds) {
     sum.lost += r.counters.lost;
     sum.deferred_losses += r.counters.deferred_losses;
     sum.quiet_losses += r.counters.quiet_losses;
+    sum.quiet_heads += r.counters.quiet_heads;
     sum.machines += r.counters.machines;
     sum.retains += r.counters.retains;
     sum.retakes += r.counters.retakes;
@@ -91,10 +92,14 @@ TEST(Sim, ManySeeds) {
               static_cast<unsigned long long>(sum.tail_steps));
   std::printf("[sim] retained releases %llu, re-takes granted %llu, re-takes voided %llu; "
               "releases of a deleted node on a quiet session (judged told or not) %llu; "
-              "most unfired children watches of one session on one lock %llu\n",
+              "most unfired children watches of one session on one lock %llu; "
+              "steps judging a holding head on a quiet session %llu\n",
               static_cast<unsigned long long>(sum.retains), static_cast<unsigned long long>(sum.retakes),
               static_cast<unsigned long long>(sum.retakes_void), static_cast<unsigned long long>(sum.quiet_losses),
-              static_cast<unsigned long long>(sum.max_child_watches));
+              static_cast<unsigned long long>(sum.max_child_watches),
+              static_cast<unsigned long long>(sum.quiet_heads));
+  // The head-liveness check (6) had cases to judge.
+  EXPECT_GT(sum.quiet_heads, 0u);
   // The promptness half of (3) had cases to judge (else it proves nothing).
   EXPECT_GT(sum.quiet_losses, 0u);
   EXPECT_GT(sum.retakes, 0U);

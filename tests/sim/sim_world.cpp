@@ -22,7 +22,7 @@ const char* regime_name(Regime r) {
 }
 
 World::World(const SimConfig& cfg)
-    : cfg_(cfg), rng_(cfg.seed * 0x2545f4914f6cdd1dULL + 1), zk_(SimZk::Options{cfg.regime == Regime::wrap, true}, rng_) {}
+    : cfg_(cfg), rng_(cfg.seed * 0x2545f4914f6cdd1dULL + 1), zk_(SimZk::Options{cfg.regime == Regime::wrap, false}, rng_) {}
 
 void World::note(const std::string& line) {
   std::string l = std::to_string(now_) + " " + line;
@@ -297,6 +297,7 @@ SimResult World::run() {
     if (now_ == cfg_.steps) begin_tail();
     step_once();
     if (violation_.empty()) check_step();
+    if (violation_.empty()) check_heads();
     if (!violation_.empty()) break;
     if (tail_ && (now_ % 32) == 0 && quiescent()) {
       counters_.tail_steps = now_ - cfg_.steps;

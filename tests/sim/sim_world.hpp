@@ -49,6 +49,7 @@ struct SimCounters {
   std::uint64_t czxid_listings = 0;  // a listing that suffixes cannot order (czxid needed)
   std::uint64_t disconnects = 0, expiries = 0, revocations = 0, reaps = 0, lost = 0;
   std::uint64_t deferred_losses = 0;
+  std::uint64_t quiet_heads = 0;   // steps with a holding head node on a quiet session (check_heads judged)
   std::uint64_t quiet_losses = 0;  // releases of a deleted node with the session quiet (check_told judged)
   std::uint64_t retains = 0, retakes = 0, retakes_void = 0;  // releases kept idle; re-takes granted / voided
   std::uint64_t max_child_watches = 0;  // SimZk::Stats::max_child_watches
@@ -161,6 +162,7 @@ class World {
   void track_deletions();
   // sim_invariants.cpp
   void check_step();
+  void check_heads();  // (6) a quiet head that holds has been granted
   void check_grant(int machine);
   void check_told(int machine);  // (3) at the user's release: no loss left untold
   void check_end();

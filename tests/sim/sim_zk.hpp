@@ -104,7 +104,9 @@ class SimZk {
  public:
   struct Options {
     bool wrap = false;                  // cversion always takes the new value (no saturation)
-    bool delete_bumps_cversion = true;  // a child delete is a change of the children too
+    // 3.8.0 does not: a delete changes the parent's pzxid and child count,
+    // never its cversion (PrepRequestProcessor's delete case, DataTree.deleteNode).
+    bool delete_bumps_cversion = false;
   };
   struct Stats {
     std::uint64_t negative_suffixes = 0, duplicate_suffixes = 0, commits = 0, max_pipeline = 0;
