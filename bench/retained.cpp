@@ -8,6 +8,7 @@
 #include <regex>
 #include <thread>
 
+#include "client_impl.hpp"
 #include "floor.hpp"
 #include "scenarios.hpp"
 #include "zk_harness.hpp"
@@ -96,6 +97,9 @@ namespace {
 
 struct ServiceResult {
   double ops_per_s = 0, writes_per_op = 0, requests_per_op = 0, sent_per_op = 0, cpu_us_per_op = 0;
+  // zklock's validity heartbeats (committed writes, in writes_per_op too):
+  // per operation, and per zklock session per heartbeat period.
+  double heartbeats_per_op = 0, heartbeats_per_session_period = 0;
   std::vector<double> uncontended_us, hot_us;  // after the warm-up
   std::int64_t ops = 0, hot_ops = 0;           // the whole run
 };
@@ -148,6 +152,12 @@ ServiceResult run_services(const Env& env, int kind, int sessions, int hot, int 
   }
   settle(env);
   std::atomic<bool> stop{false};
+  auto heartbeats = [&] {
+    std::uint64_t n = 0;
+    for (auto& c : clients) n += detail::ClientAccess::impl(*c)->heartbeat_writes();
+    return n;
+  };
+  const auto hb0 = heartbeats();
   const auto z0 = server_zxid(env);
   const auto t0 = Traffic::from(env.mntr());
   const auto cpu0 = process_cpu_seconds();
@@ -191,6 +201,7 @@ ServiceResult run_services(const Env& env, int kind, int sessions, int hot, int 
   settle(env);
   const auto z1 = server_zxid(env);
   const auto traffic = Traffic::from(env.mntr()) - t0;
+  const auto hb = heartbeats() - hb0;
   ServiceResult r;
   std::int64_t ops = 0;
   for (auto& w : workers) {
@@ -208,6 +219,11 @@ ServiceResult run_services(const Env& env, int kind, int sessions, int hot, int 
   r.requests_per_op = double(traffic.packets_received) / double(std::max<std::int64_t>(ops, 1));
   r.sent_per_op = double(traffic.packets_sent) / double(std::max<std::int64_t>(ops, 1));
   r.cpu_us_per_op = cpu * 1e6 / double(std::max<std::int64_t>(ops, 1));
+  r.heartbeats_per_op = double(hb) / double(std::max<std::int64_t>(ops, 1));
+  if (!clients.empty()) {
+    const double period = std::chrono::duration<double>(detail::ClientAccess::impl(*clients.front())->heartbeat_period()).count();
+    r.heartbeats_per_session_period = double(hb) / double(clients.size()) / (wall / period);
+  }
   return r;
 }
 
@@ -253,6 +269,10 @@ Figures services(const Env& env, const Sizes& s) {
       {sc, "client CPU/op (plain)", "us", p.cpu_us_per_op, f.cpu_us_per_op, {}},
       {sc, "hot share of lock ops (retained)", "", hot_share(r), hot_share(f), {}},
       {sc, "server writes/op, no hot locks (retained)", "", ur.writes_per_op, uf.writes_per_op, {}},
+      {sc, "validity heartbeat writes/op (retained)", "", r.heartbeats_per_op, kNone, {}},
+      {sc, "validity heartbeat writes/op (plain)", "", p.heartbeats_per_op, kNone, {}},
+      {sc, "validity heartbeat writes per session-period, no hot locks (retained)", "", ur.heartbeats_per_session_period,
+       kNone, {}},
       {sc, "acquire p99, no hot locks (retained)", "us", percentile(ur.uncontended_us, 99),
        percentile(uf.uncontended_us, 99), {}},
   };
