@@ -1,10 +1,12 @@
-// zklock graph [--format text|dot|json]: the whole wait-for graph — who
+// zklock graph [--format text|dot|svg|json]: the whole wait-for graph — who
 // holds which lock, who waits for it, the owner-to-owner waits derived from
 // the queues by the detector's code, and the cycles among them.
 //
 // The dot rendering shows owners (boxes) and locks (ellipses): a hold is a
 // solid bold edge lock -> owner, a wait a dashed edge owner -> lock; the
-// edges that form a cycle are red.
+// edges that form a cycle are red. svg is that DOT laid out by Graphviz's
+// dot engine in-process (model/wait_for_graph_draw.hpp, the renderer of the
+// detector's status page): no `dot` program needed.
 #include <iostream>
 #include <map>
 #include <set>
@@ -14,6 +16,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/lock_tree.hpp"
+#include "model/wait_for_graph_draw.hpp"
 
 namespace zklock::cli {
 namespace {
@@ -23,20 +26,7 @@ struct GraphOptions {
   std::string format = "text";
 };
 
-// A Graphviz double-quoted ID for `s` (quotes, backslashes, newlines escaped).
-std::string dot_quote(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  out += '"';
-  return out;
-}
+using model::dot_quote;
 
 // One owner's node on one lock: a hold or a wait.
 struct Link {
@@ -111,8 +101,9 @@ void run_graph(const GlobalOptions& g, const GraphOptions& o) {
   const auto cycles = analysis.graph.cycles();
   const auto ls = links(locks, analysis, now);
 
-  if (format == "dot") {
-    std::cout << render_dot(ls, analysis.graph, cycles, tree.unreadable);
+  if (format == "dot" || format == "svg") {
+    const auto dot = render_dot(ls, analysis.graph, cycles, tree.unreadable);
+    std::cout << (format == "svg" ? model::render_svg(dot) : dot);
     warn_if_partial(tree);
     return;
   }
@@ -168,10 +159,10 @@ void run_graph(const GlobalOptions& g, const GraphOptions& o) {
 void set_graph_command(CLI::App* app, Context& ctx) {
   auto opts = std::make_shared<GraphOptions>();
   auto* sub = app->add_subcommand("graph", "Show the whole wait-for graph: holds, waits and cycles "
-                                           "(dot: zklock graph --format dot | dot -Tsvg > g.svg)");
+                                           "(a picture: zklock graph --format svg > g.svg)");
   sub->add_option("path", opts->path, "Where to look (absolute, or relative to --root); default: the root");
-  sub->add_option("--format", opts->format, "text, dot (Graphviz) or json (same as --json)")
-      ->check(CLI::IsMember({"text", "dot", "json"}))
+  sub->add_option("--format", opts->format, "text, dot (Graphviz), svg (laid out by Graphviz) or json (same as --json)")
+      ->check(CLI::IsMember({"text", "dot", "svg", "json"}))
       ->capture_default_str();
   sub->callback([&ctx, opts] { run_graph(ctx.global, *opts); });
 }
