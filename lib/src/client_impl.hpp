@@ -63,9 +63,11 @@ struct AttemptTables;
 
 // Session events seen by recipes. validity_expired: valid_until() passed —
 // while disconnected, while paused, or with the connection intact — and no
-// leader-ordered answer had raised it in time. Emitted once per lapse, always
+// committed write had raised it in time. Emitted once per lapse, always
 // before the reconnected event or the answer that raises the bound again.
-enum class SessionEvent { connected, suspended, reconnected, lost, validity_expired };
+// validity_proven: the bound was raised from the past (or from nothing)
+// into the future; a grant held back until it is provable goes out then.
+enum class SessionEvent { connected, suspended, reconnected, lost, validity_expired, validity_proven };
 
 // Marks the current thread as running a zklock callback for `epoch`, so
 // synchronous calls can refuse instead of deadlocking.
@@ -226,6 +228,9 @@ struct Client::Impl {
     std::lock_guard lk(mu_);
     return ensemble_epoch_ == epoch() ? ensemble_id_ : std::string();
   }
+  // The settings cannot prove a bound for this session: valid_until() stays
+  // in the past, and nothing waits for it (lock_attempt.hpp, invariant 7).
+  bool validity_refused() const { return validity_refused_.load(); }
   Clock::time_point valid_until() const {
     return Clock::time_point(Clock::duration(valid_until_.load()));
   }
@@ -286,7 +291,10 @@ struct Client::Impl {
   std::mutex bound_mu_;
   detail::ValidityRule rule_;                                               // GUARDED_BY(bound_mu_)
   std::uint64_t evidence_epoch_ = 0;                                        // GUARDED_BY(bound_mu_)
-  bool validity_refused_ = false;                                           // GUARDED_BY(bound_mu_)
+  // Written under bound_mu_; atomic so that a recipe holding its own lock
+  // may read it (validity_refused()) without taking bound_mu_, which is
+  // taken before recipe locks (report_lapse_locked emits under it).
+  std::atomic<bool> validity_refused_{false};
   ServerSettings settings_;  // written by start() before the first handle, then read only
   std::atomic<std::uint64_t> heartbeat_writes_{0};
   std::atomic<Clock::rep> heartbeat_period_{std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(1)).count()};

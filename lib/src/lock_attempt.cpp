@@ -110,6 +110,9 @@ void LockAttempt::start(Client& client, AttemptRequest request, Done done) {
       case SessionEvent::reconnected: e.kind = Kind::reconnected; break;
       case SessionEvent::lost: e.kind = Kind::expired; break;
       case SessionEvent::validity_expired: e.kind = Kind::validity_expired; break;
+      case SessionEvent::validity_proven:  // for the shell only: a held-back grant (invariant 7)
+        if (auto s = weak.lock()) s->on_validity_proven(epoch);
+        return;
     }
     e.epoch = epoch;
     if (auto s = weak.lock()) s->feed(e);
@@ -179,7 +182,9 @@ void LockAttempt::begin() {
 
 void LockAttempt::feed(const MachineEvent& ev) {
   locked([&] {
-    if (machine_) {
+    if (awaiting_valid_ && ev.kind == Kind::cancel) {
+      give_up_awaiting_locked(Error(ev.errc, ev.detail + " (granted, but the session's validity could not be proven in time)"));
+    } else if (machine_) {
       execute_locked(machine_->step(ev));
     } else if (ev.kind == Kind::cancel && done_) {  // before the ensemble id arrived: nothing was sent
       deliver_locked(Error(ev.errc, ev.detail));
@@ -246,12 +251,16 @@ void LockAttempt::report_locked(const MachineCommand& c) {
         lost_source_ = std::stop_source();
         if (!lost_cbs_.empty()) outbox_.push_back([cbs = std::exchange(lost_cbs_, {})] {});
       }
-      if (timer_ != 0) impl_->cancel(timer_);
-      timer_ = 0;
-      if (auto done = std::exchange(done_, nullptr)) {
-        outbox_.push_back([done = std::move(done), self = std::move(pending_self_)] {
-          done(AcquireResult{Lease(self), std::nullopt});
-        });
+      if (!done_) break;
+      if (provable_locked()) {
+        hand_out_locked();
+      } else {
+        // Invariant (7): not handed out until the bound covers it (typically
+        // right after a reconnect: the evidence starts over on the new
+        // connection), within the request's time.
+        awaiting_valid_ = true;
+        impl_->log->debug("{} granted ({}); waiting for the session's validity to be proven", req_.lock_path,
+                          token_.str());
       }
       break;
     }
@@ -259,6 +268,15 @@ void LockAttempt::report_locked(const MachineCommand& c) {
       deliver_locked(Error(c.errc, c.message));
       break;
     case Cmd::lost: {
+      if (awaiting_valid_) {
+        // Invariant (7): lost before it was handed out; nobody holds a lease.
+        awaiting_valid_ = false;
+        abandoned_ = true;
+        deliver_locked(Error(c.reason == LossReason::revoked ? Errc::deadlock_victim : Errc::session_expired,
+                             "granted " + req_.lock_path + ", then lost before the session's validity was proven: " +
+                                 c.message));
+        break;
+      }
       loss_ = c.reason;
       loss_detail_ = c.message;
       impl_->log->warn("lease on {} ({}) lost: {} — {}", req_.lock_path, token_.str(), loss_reason_name(c.reason),
@@ -282,6 +300,42 @@ void LockAttempt::report_locked(const MachineCommand& c) {
     default:
       break;
   }
+}
+
+// REQUIRES mu_. Invariant (7): a lease is handed out only while the bound
+// covers it, so a caller that checks valid() first can use what it gets.
+// A session whose settings refuse any bound hands out at once (valid()
+// false, as documented): nothing would ever prove it.
+bool LockAttempt::provable_locked() const {
+  return impl_->validity_refused() || (impl_->epoch() == epoch_ && Clock::now() < impl_->valid_until());
+}
+
+// REQUIRES mu_, done_ set, the machine holding.
+void LockAttempt::hand_out_locked() {
+  awaiting_valid_ = false;
+  if (timer_ != 0) impl_->cancel(timer_);
+  timer_ = 0;
+  outbox_.push_back([done = std::exchange(done_, nullptr), self = std::move(pending_self_)] {
+    done(AcquireResult{Lease(self), std::nullopt});
+  });
+}
+
+// REQUIRES mu_, awaiting_valid_. Granted, never handed out, and now out of
+// time: the machine holds (it ignores a cancel then), so the caller gets
+// `error` and the grant is released as a lease would (execute_locked,
+// abandoned_).
+void LockAttempt::give_up_awaiting_locked(Error error) {
+  awaiting_valid_ = false;
+  abandoned_ = true;
+  deliver_locked(std::move(error));
+  execute_locked({});
+}
+
+void LockAttempt::on_validity_proven(std::uint64_t epoch) {
+  locked([&] {
+    if (!awaiting_valid_ || epoch != epoch_ || !done_ || !machine_ || !machine_->holding()) return;
+    if (provable_locked()) hand_out_locked();
+  });
 }
 
 // REQUIRES mu_. Nobody may hold a failed or released attempt any more, yet

@@ -39,6 +39,13 @@
 //      release during one does not retain. Its node in a queue is thus
 //      never a wait-for edge towards a node of its own that nobody holds
 //      (docs/detector.md, "Idle retained nodes").
+//  (7) A lease is handed out only while the session's validity bound covers
+//      it (valid() is true when the caller gets it). A grant that is not yet
+//      provable — typically just after a reconnect, before the evidence on
+//      the new connection has raised the bound — is held back
+//      (`awaiting_valid_`) until validity_proven, within the request's time;
+//      if the time runs out or the grant is lost first, the caller gets the
+//      error and the grant is released like an abandoned re-take's.
 #pragma once
 
 #include <chrono>
@@ -112,6 +119,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   // Feeds one event to the machine and executes its commands (takes mu_).
   void feed(const MachineEvent& ev);
   void note_blocker_watch(std::uint64_t tag, Client::Impl::WatchRef ref);  // the re-armed blocker watch
+  void on_validity_proven(std::uint64_t epoch);  // a held-back grant goes out (invariant 7)
   // An idle retained node is released for real, in the background.
   void end_retention();
 
@@ -152,6 +160,9 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
     for (auto& f : after) f();
   }
   void deliver_locked(Error error);                 // REQUIRES mu_: the outcome is an error
+  bool provable_locked() const;                     // REQUIRES mu_: invariant (7)
+  void hand_out_locked();                           // REQUIRES mu_: the grant's Lease to done_
+  void give_up_awaiting_locked(Error error);        // REQUIRES mu_: invariant (7), out of time
   void execute_locked(LockMachine::Commands cmds);  // REQUIRES mu_
   void send_locked(const MachineCommand& c);        // REQUIRES mu_
   void list_locked(std::uint64_t tag, bool watch);  // REQUIRES mu_: a (batched) listing
@@ -202,6 +213,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   std::unique_ptr<std::stop_callback<std::function<void()>>> stop_cb_;
   bool registered_ = false;
   bool keeping_alive_ = false;
+  bool awaiting_valid_ = false;  // GUARDED_BY(mu_): granted, held back until provable (invariant 7)
   bool abandoned_ = false;   // GUARDED_BY(mu_): a re-take whose caller gave up (invariant 5)
   bool acquiring_ = false;   // GUARDED_BY(mu_): counted in AttemptTables::owners (invariant 6)
   bool idle_listed_ = false; // GUARDED_BY(mu_): listed there as idle

@@ -159,6 +159,10 @@ void LockAttempt::retake_void_locked(const std::string& why) {
 // machine is done, and releases a grant that still comes (execute_locked).
 void LockAttempt::cancel_retake(std::uint64_t grant, Errc errc, std::string message) {
   locked([&] {
+    if (awaiting_valid_ && grant_ == grant + 1 && done_) {  // granted, held back (invariant 7): the same end
+      give_up_awaiting_locked(Error(errc, message + " (granted, but the session's validity could not be proven in time)"));
+      return;
+    }
     if (!machine_ || machine_->phase() != LockMachine::Phase::retaking || grant_ != grant || !done_) return;
     abandoned_ = true;
     retake_.reset();

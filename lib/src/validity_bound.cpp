@@ -38,16 +38,24 @@ std::chrono::milliseconds Client::Impl::heartbeat_period() const {
 // was not sent on the current one and is no evidence.
 void Client::Impl::note_committed(Handle* h, Clock::time_point sent, std::uint64_t connection) {
   const auto answered = Clock::now();
-  std::lock_guard lk(bound_mu_);
-  if (h->epoch != epoch_.load() || connection != h->connection.load()) return;
-  if (validity_refused_ || evidence_epoch_ != h->epoch) return;
-  const auto proven = rule_.committed(connection, sent, answered);
-  if (!proven) return;
-  const auto candidate = proven->time_since_epoch().count();
-  if (candidate <= valid_until_.load()) return;
-  // A bound that lapsed is reported before it is raised again (invariant 4).
-  report_lapse_locked(h->epoch);
-  valid_until_.store(candidate);
+  {
+    std::lock_guard lk(bound_mu_);
+    if (h->epoch != epoch_.load() || connection != h->connection.load()) return;
+    if (validity_refused_ || evidence_epoch_ != h->epoch) return;
+    const auto proven = rule_.committed(connection, sent, answered);
+    if (!proven) return;
+    const auto candidate = proven->time_since_epoch().count();
+    const auto before = valid_until_.load();
+    if (candidate <= before) return;
+    // A bound that lapsed is reported before it is raised again (invariant 4).
+    report_lapse_locked(h->epoch);
+    valid_until_.store(candidate);
+    if (before > answered.time_since_epoch().count()) return;  // it was proven already
+  }
+  // Raised out of the past: grants held back until provable go out now
+  // (lock_attempt.cpp). Unlocked: they re-read the bound themselves.
+  CallbackScope scope(h->epoch);
+  emit(SessionEvent::validity_proven, h->epoch);
 }
 
 void Client::Impl::report_lapse_locked(std::uint64_t epoch) {

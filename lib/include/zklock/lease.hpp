@@ -16,6 +16,16 @@
 //   disconnected      the opt-in strict policy: the first disconnect ends
 //                     the lease, and the node is deleted once reconnected.
 //
+// A lease is handed out only while valid() holds: acquire (and every
+// variant) returns once the session's validity bound covers the grant. Just
+// after a reconnect the bound must be proven again on the new connection,
+// so a grant made then waits for that proof (typically under a second)
+// within the request's timeout; when the timeout or stop comes first, the
+// grant is released and the caller gets the timeout or cancellation, and
+// when the grant is lost first, session_expired (or deadlock_victim). The
+// one exception: a session whose server settings refuse any bound (logged
+// as an error at connect) gets its leases at once, with valid() false.
+//
 // While disconnected but still within valid_until() the lease is
 // suspended(): valid() stays true, and if the same session returns in time
 // the lease simply continues.
