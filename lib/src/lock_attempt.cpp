@@ -182,7 +182,11 @@ void LockAttempt::begin() {
 
 void LockAttempt::feed(const MachineEvent& ev) {
   locked([&] {
-    if (awaiting_valid_ && ev.kind == Kind::cancel) {
+    if (awaiting_valid_ && ev.kind == Kind::validity_expired) {
+      // Invariant (7): a grant not handed out yet waits for the proof; a
+      // lapse meanwhile ends nothing (nobody holds a lease to lose), and an
+      // expiry still comes as `expired`.
+    } else if (awaiting_valid_ && ev.kind == Kind::cancel) {
       give_up_awaiting_locked(Error(ev.errc, ev.detail + " (granted, but the session's validity could not be proven in time)"));
     } else if (machine_) {
       execute_locked(machine_->step(ev));

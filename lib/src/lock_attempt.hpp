@@ -43,7 +43,8 @@
 //      it (valid() is true when the caller gets it). A grant that is not yet
 //      provable — typically just after a reconnect, before the evidence on
 //      the new connection has raised the bound — is held back
-//      (`awaiting_valid_`) until validity_proven, within the request's time;
+//      (`awaiting_valid_`) until validity_proven, within the request's time
+//      (a lapse meanwhile is no loss: nobody holds a lease yet);
 //      if the time runs out or the grant is lost first, the caller gets the
 //      error and the grant is released like an abandoned re-take's.
 #pragma once

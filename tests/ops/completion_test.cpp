@@ -97,7 +97,7 @@ TEST_F(CompletionTest, SubcommandsOptionsAndValues) {
   EXPECT_EQ(r[1], (Set{"revoke", "revocations"}));
   EXPECT_EQ(r[2], (Set{"queue"}));
   EXPECT_EQ(r[3], (Set{"--root"}));
-  EXPECT_EQ(r[4], (Set{"text", "dot", "json"}));
+  EXPECT_EQ(r[4], (Set{"text", "dot", "json", "svg"}));
   for (const char* o : {"--shared", "--timeout", "--owner", "--grace", "--zk", "--json", "--help"}) {
     EXPECT_TRUE(r[5].count(o)) << o;
   }
