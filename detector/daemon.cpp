@@ -74,8 +74,9 @@ Daemon::Daemon(DetectorConfig config) : config_(std::move(config)) {
   election_ = std::make_unique<LeaderElection>(*client_, lo);
 
   if (config_.metrics_port > 0) {
+    status_ = std::make_unique<StatusBoard>();
     server_ = std::make_unique<MetricsServer>(metrics_, config_.metrics_host, config_.metrics_port,
-                                              [this] { return health(); });
+                                              [this] { return health(); }, status_.get());
   }
   mirror_->start();
   election_->start();
@@ -159,7 +160,8 @@ void Daemon::run() {
 std::vector<CycleReport> Daemon::scan_once() {
   const auto started = Clock::now();
   const auto now_ms = wall_now_ms();
-  const auto analysis = model::analyze_snapshot(mirror_->snapshot(), model::AnalyzeOptions{now_ms, config_.min_wait});
+  const auto snapshot = mirror_->snapshot();
+  const auto analysis = model::analyze_snapshot(snapshot, model::AnalyzeOptions{now_ms, config_.min_wait});
   const auto cycles = analysis.graph.cycles();
   const auto leader_node = election_->leader_node();
 
@@ -210,6 +212,13 @@ std::vector<CycleReport> Daemon::scan_once() {
   f.oldest_head_with_waiters_seconds = static_cast<double>(oldest_head_ms) / 1000.0;
   f.scan_seconds = std::chrono::duration<double>(Clock::now() - started).count();
   metrics_.record_scan(f, mirror_->stats());
+  if (status_) {
+    try {
+      update_status(snapshot, now_ms);
+    } catch (const std::exception& e) {
+      log_->warn("status page: {}", e.what());
+    }
+  }
   if (analysis.truncated_waiters) {
     log_->warn("scan: {} waiters in very long queues were left out of the graph", analysis.truncated_waiters);
   }
@@ -279,6 +288,49 @@ CycleReport Daemon::handle_cycle(const model::Cycle& cycle, const model::WaitAna
                r.latency_seconds);
   }
   return r;
+}
+
+void Daemon::update_status(const model::QueueSnapshot& snapshot, std::int64_t now_ms) {
+  // Every current wait, however young: the page shows the tree as it is.
+  auto data = build_status(model::analyze_snapshot(snapshot, model::AnalyzeOptions{now_ms, std::chrono::milliseconds(0)}),
+                           snapshot.lone_queues, now_ms);
+  data.root = config_.root;
+  data.detector_id = config_.id;
+  data.leader = election_->is_leader();
+  data.scan = metrics_.scans();
+  data.interval_ms = config_.interval.count();
+  data.min_wait_ms = config_.min_wait.count();
+  // Records cost ZooKeeper reads: only while someone looks (a minute).
+  if (status_->looked_at_since(now_ms, 60'000)) read_revocations();
+  data.revocations_read = revocations_read_;
+  for (const auto& [_, rv] : revocations_) data.revocations.push_back(rv);
+  std::sort(data.revocations.begin(), data.revocations.end(), [](const StatusRevocation& a, const StatusRevocation& b) {
+    return a.r.time_ms != b.r.time_ms ? a.r.time_ms > b.r.time_ms : a.record < b.record;
+  });
+  if (data.revocations.size() > kMaxRevocations) data.revocations.resize(kMaxRevocations);
+  status_->update(std::move(data));
+}
+
+void Daemon::read_revocations() {
+  const std::string dir(kRevocationsPath);
+  const auto names = client_->try_children(dir).value_or(std::vector<std::string>{});  // none yet: empty
+  const std::set<std::string> present(names.begin(), names.end());
+  std::erase_if(revocations_, [&](const auto& e) { return !present.count(e.first); });
+  // A record never changes: read each once. At most 200 a scan, so a first
+  // look at a long history does not hold up detection.
+  std::size_t reads = 0;
+  for (const auto& name : names) {
+    if (revocations_.count(name) || reads == 200) continue;
+    ++reads;
+    Stat stat;
+    const auto bytes = client_->try_get(dir + "/" + name, &stat);
+    if (!bytes) continue;  // pruned meanwhile
+    StatusRevocation rv{dir + "/" + name, decode_revocation_record(*bytes).value_or(RevocationRecord{})};
+    if (rv.r.time_ms == 0) rv.r.time_ms = stat.ctime;
+    if (rv.r.victim_node.empty()) rv.r.reason = "(malformed record)";
+    revocations_.emplace(name, std::move(rv));
+  }
+  revocations_read_ = true;
 }
 
 }  // namespace zklock::detector

@@ -10,7 +10,10 @@
 // head of each queue has kept waiters behind it (the oldest is exported as
 // zklock_detector_oldest_head_with_waiters_seconds): the detector does not
 // act on it, since a long hold and a head that never takes its grant look
-// the same (issue 30).
+// the same (issue 30). With the HTTP endpoint on, each scan also hands the
+// status page (detector/status.hpp) a summary of the same snapshot with no
+// min-wait, and, while someone looks at the page, the newest revocation
+// records read from ZooKeeper.
 //
 // Thread-safety: run() on one thread; stop(), metrics() and the accessors
 // from any thread.
@@ -54,7 +57,7 @@ struct DetectorConfig {
   RevocationMode mode = RevocationMode::wait;
   bool dry_run = false;
   int metrics_port = 0;                 // 0: no HTTP endpoint
-  std::string metrics_host = "0.0.0.0";
+  std::string metrics_host = "127.0.0.1";  // the status page shows owners, hosts, pids: local by default
   std::optional<DigestCredentials> credentials;
   std::string id;                       // detector id in records; default "<host>/<pid>"
   std::size_t keep_records = 1000;
@@ -111,6 +114,8 @@ class Daemon {
   CycleReport handle_cycle(const model::Cycle& cycle, const model::WaitAnalysis& analysis, std::int64_t now_ms,
                            const std::optional<std::string>& leader_node);
   std::string health() const;
+  void update_status(const model::QueueSnapshot& snapshot, std::int64_t now_ms);
+  void read_revocations();
 
   DetectorConfig config_;
   std::shared_ptr<spdlog::logger> log_;
@@ -118,7 +123,12 @@ class Daemon {
   std::unique_ptr<Client> client_;
   std::unique_ptr<Mirror> mirror_;
   std::unique_ptr<LeaderElection> election_;
+  std::unique_ptr<StatusBoard> status_;  // with the HTTP endpoint only
   std::unique_ptr<MetricsServer> server_;
+  // Revocation records by znode name, read while the page is looked at
+  // (run() thread only).
+  std::map<std::string, StatusRevocation> revocations_;
+  bool revocations_read_ = false;
 
   std::mutex mu_;
   std::condition_variable cv_;

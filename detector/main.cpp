@@ -114,9 +114,13 @@ int main(int argc, char** argv) {
   app.add_option("--mode", mode, "wait: delete the victim's waiting node; all: also delete the nodes it holds")
       ->check(CLI::IsMember({"wait", "all"}))->capture_default_str();
   app.add_flag("--dry-run", cfg.dry_run, "Detect and report only; revoke nothing");
-  app.add_option("--metrics-port", cfg.metrics_port, "Port for /metrics and /healthz (0 disables)")
+  app.add_option("--metrics-port", cfg.metrics_port,
+                 "Port for /metrics, /healthz and the status page (/ and /api/state); 0 disables")
       ->check(CLI::Range(0, 65535))->capture_default_str();
-  app.add_option("--metrics-host", cfg.metrics_host, "Address the metrics endpoint listens on")->capture_default_str();
+  app.add_option("--metrics-host", cfg.metrics_host,
+                 "Address the endpoint listens on (the status page shows owners, hosts and pids; "
+                 "0.0.0.0 for a Prometheus elsewhere)")
+      ->capture_default_str();
   app.add_option("--log-format", log_format, "Log lines as text or JSON")
       ->check(CLI::IsMember({"text", "json"}))->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")

@@ -211,8 +211,27 @@ struct MetricsServer::Impl {
 };
 
 MetricsServer::MetricsServer(const Metrics& metrics, std::string host, int port,
-                             std::function<std::string()> healthy)
+                             std::function<std::string()> healthy, StatusBoard* status)
     : impl_(std::make_unique<Impl>()) {
+  if (status) {
+    // The page may run only its own inline script and style, and fetch only
+    // from this endpoint (docs/operations.md, "The status page").
+    const auto page_headers = [](httplib::Response& res) {
+      res.set_header("Cache-Control", "no-store");
+      res.set_header("X-Content-Type-Options", "nosniff");
+      res.set_header("Content-Security-Policy",
+                     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+    };
+    impl_->server.Get("/", [status, page_headers](const httplib::Request&, httplib::Response& res) {
+      page_headers(res);
+      res.set_content(status->html(), "text/html; charset=utf-8");
+    });
+    impl_->server.Get("/api/state", [status, page_headers](const httplib::Request&, httplib::Response& res) {
+      page_headers(res);
+      res.set_content(status->json(), "application/json");
+    });
+  }
   impl_->server.Get("/metrics", [&metrics](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
   });

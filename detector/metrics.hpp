@@ -3,6 +3,8 @@
 //
 //   GET /metrics   text/plain; version=0.0.4 (every metric is listed in docs/detector.md)
 //   GET /healthz   200 "ok" while connected to ZooKeeper, else 503 with the reason
+//   GET /          the status page (HTML; detector/status.hpp)
+//   GET /api/state the status page's data (JSON; docs/detector.md)
 //
 // Thread-safety: Metrics may be updated and rendered from any thread.
 #pragma once
@@ -19,6 +21,7 @@
 #include <utility>
 
 #include "detector/mirror.hpp"
+#include "detector/status.hpp"
 
 namespace zklock::detector {
 
@@ -78,12 +81,15 @@ class Metrics {
   Histogram scan_seconds_, latency_seconds_;
 };
 
-// Serves /metrics and /healthz on 0.0.0.0:<port> from its own thread.
+// Serves /metrics, /healthz and, with a board, / and /api/state on
+// <host>:<port> from its own threads. Every route is a GET that changes nothing.
 class MetricsServer {
  public:
   // `healthy` returns an empty string when healthy, else the reason.
   // port 0 picks a free port (see port()). Throws Error(io_error) if it cannot bind.
-  MetricsServer(const Metrics& metrics, std::string host, int port, std::function<std::string()> healthy);
+  // REQUIRES: `metrics` and `status` (when not null) outlive the server.
+  MetricsServer(const Metrics& metrics, std::string host, int port, std::function<std::string()> healthy,
+                StatusBoard* status = nullptr);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
