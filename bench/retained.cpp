@@ -1,4 +1,4 @@
-// Retained leases (issue 16): `retained` — one session re-taking one lock,
+// Retained leases: `retained` — one session re-taking one lock,
 // against the floor in the same run — and `services` — many sessions each
 // re-taking its own lock at a steady rate, plus hot locks with waiters, for
 // zklock retained, zklock plain and the floor. Server writes are counted
