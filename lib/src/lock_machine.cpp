@@ -61,6 +61,15 @@ bool LockMachine::ours(std::string_view guid) const {
 
 void LockMachine::relist(Commands& out) {
   stats_tag_ = blocker_tag_ = marker_tag_ = 0;  // answers to the old round are stale
+  if (ever_uncertain_ && !barrier_done_ && barrier_tag_ == 0) {
+    // A create's answer was lost: settle it now, while this client's other
+    // attempts resync too (their listings batch into one), not with a
+    // listing of its own at the end (sweep). The barrier is a write, so
+    // every lost create of ours has run before it; the listing behind it
+    // then shows each one (evaluate deletes all but the earliest).
+    barrier_tag_ = next_tag();
+    out.push_back(request(Cmd::remove_extra, barrier_tag_, "zklock-sweep-barrier-" + cfg_.guid));
+  }
   list_tag_ = next_tag();
   if (!cfg_.watch_listings || others_seen_) {
     out.push_back(request(Cmd::list, list_tag_));  // batched by the shell; no watch

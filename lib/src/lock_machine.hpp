@@ -279,7 +279,8 @@ class LockMachine {
   bool pending_marker_ = false;   //   ... with the marker?
   bool record_pending_ = false;   // the revocation record must be (re)read
   bool sweep_pending_ = false;    // a create of unknown outcome must be found and deleted
-  bool ever_uncertain_ = false;   // a create answer was lost in this attempt
+  bool ever_uncertain_ = false;   // a create answer was lost, and no listing since has settled it
+  bool listing_settled_ = false;  // listing_ ran after a write barrier that ran after every lost create
   int parent_attempts_ = 0;
   std::uint32_t creates_ = 0;
   // The children watch (invariants 5 and 6) and retained leases.
@@ -299,7 +300,7 @@ class LockMachine {
   std::uint64_t tag_ = 0;
   std::uint64_t create_tag_ = 0, list_tag_ = 0, stats_tag_ = 0, blocker_tag_ = 0, marker_tag_ = 0;
   std::uint64_t own_tag_ = 0, record_tag_ = 0, remove_tag_ = 0, parents_tag_ = 0, barrier_tag_ = 0;
-  bool barrier_done_ = false;  // the sweep's write barrier was answered by the server
+  bool barrier_done_ = false;  // the write barrier (sweep, settle) ran, after every lost create
   StatsFor stats_for_ = StatsFor::order;
   std::vector<std::string> stats_names_;
   std::vector<std::string> extras_;                  // duplicates of ours still to delete

@@ -64,6 +64,7 @@ void LockMachine::on_created(const MachineEvent& ev, Commands& out) {
       // The create may have run. A listing finds it by GUID.
       node_ = NodeState::unknown;
       ever_uncertain_ = true;
+      barrier_done_ = false;  // a barrier that ran before this create proves nothing about it
       if (acquiring()) transient(out);
       else sweep(out);
       return;
@@ -88,10 +89,12 @@ void LockMachine::on_listed(const MachineEvent& ev, std::shared_ptr<const Listin
     return;
   }
   listing_ = std::move(listing);
+  listing_settled_ = barrier_done_;  // its answer follows the barrier's on one connection
   copy_.reset();
   const auto mine = listing_->by_attempt.find(cfg_.guid.substr(0, 24));
   if (mine == listing_->by_attempt.end()) {
     // This listing ran after our create (and after every earlier attempt of it).
+    if (listing_settled_) ever_uncertain_ = false;  // no lost create of ours ran, and none will
     if (node_ == NodeState::exists) {
       on_own_gone(out);  // deleted by someone: expired or revoked
     } else if (node_ == NodeState::creating) {
@@ -183,6 +186,10 @@ void LockMachine::evaluate(Commands& out) {
     else send_create(out);
     return;
   }
+  // Every lost create of ours had run before a settled listing did: it shows
+  // each node of ours, and the extras are being deleted above. Nothing is
+  // left to sweep when the attempt ends.
+  if (listing_settled_) ever_uncertain_ = false;
   self_ = *mine;
   const auto& me = queue()[self_].node;
   if (me.name != name_ || node_ != NodeState::exists) {  // adopt it (a lost create's answer, or an earlier duplicate)
