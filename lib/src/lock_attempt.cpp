@@ -147,7 +147,7 @@ AcquireResult LockAttempt::run_blocking(Client& client, AttemptRequest request) 
   }
   auto promise = std::make_shared<std::promise<AcquireResult>>();
   auto future = promise->get_future();
-  start(client, std::move(request), [promise](AcquireResult r) { promise->set_value(std::move(r)); });
+  start_observed(client, std::move(request), [promise](AcquireResult r) { promise->set_value(std::move(r)); });
   return future.get();
 }
 
@@ -285,6 +285,7 @@ void LockAttempt::report_locked(const MachineCommand& c) {
       loss_detail_ = c.message;
       impl_->log->warn("lease on {} ({}) lost: {} — {}", req_.lock_path, token_.str(), loss_reason_name(c.reason),
                        c.message);
+      observe_lost_locked(c.reason);
       auto cbs = std::exchange(lost_cbs_, {});
       impl_->post_user([src = lost_source_, cbs = std::move(cbs), reason = c.reason, detail = c.message]() mutable {
         src.request_stop();
@@ -319,6 +320,7 @@ void LockAttempt::hand_out_locked() {
   awaiting_valid_ = false;
   if (timer_ != 0) impl_->cancel(timer_);
   timer_ = 0;
+  if (impl_->opts.observer) handed_out_at_ = Clock::now();
   outbox_.push_back([done = std::exchange(done_, nullptr), self = std::move(pending_self_)] {
     done(AcquireResult{Lease(self), std::nullopt});
   });
@@ -408,7 +410,7 @@ std::optional<Lease> take_lease_unless_timeout(AcquireResult result) {
 
 void start_async(Client& client, AttemptRequest request, AcquireCallback done) {
   auto impl = ClientAccess::impl(client);
-  LockAttempt::start(client, std::move(request), [impl, done = std::move(done)](AcquireResult r) mutable {
+  LockAttempt::start_observed(client, std::move(request), [impl, done = std::move(done)](AcquireResult r) mutable {
     auto shared = std::make_shared<AcquireResult>(std::move(r));
     impl->post_user([done, shared]() mutable { done(std::move(*shared)); });
   });

@@ -98,6 +98,13 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   static void start(Client& client, AttemptRequest request, Done done);
   // Blocks the calling thread until `start`'s outcome.
   static AcquireResult run_blocking(Client& client, AttemptRequest request);
+  // ClientOptions::observer (lock_attempt_observe.cpp). start() with
+  // acquire_started now and granted or failed when `done` runs (invariant 1:
+  // once, across a void re-take's fallback too); a plain start() without an
+  // observer. The entry points (run_blocking, start_async) call this one.
+  static void start_observed(Client& client, AttemptRequest request, Done done);
+  // Which grant of its attempt's node `lease` is: above 1, a re-take.
+  static std::uint64_t grant_of(const Lease& lease) { return lease.grant_; }
 
   LockAttempt(Client& client, AttemptRequest request, Done done);
   ~LockAttempt();
@@ -171,6 +178,10 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   bool start_release(std::uint64_t grant, std::function<void()> then);
   void keep_alive_while_cleaning();  // REQUIRES mu_
   void finish_locked();              // REQUIRES mu_: unregisters timer and registry entry
+  // ClientOptions::observer, if any: released / lost, queued in outbox_ so
+  // that they run unlocked (lock_attempt_observe.cpp). REQUIRES mu_.
+  void observe_released_locked();
+  void observe_lost_locked(LossReason reason);
   std::string child_path(const std::string& name) const { return req_.lock_path + "/" + name; }
 
   // --- immutable after construction ---
@@ -218,6 +229,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   bool abandoned_ = false;   // GUARDED_BY(mu_): a re-take whose caller gave up (invariant 5)
   bool acquiring_ = false;   // GUARDED_BY(mu_): counted in AttemptTables::owners (invariant 6)
   bool idle_listed_ = false; // GUARDED_BY(mu_): listed there as idle
+  Clock::time_point handed_out_at_{};  // GUARDED_BY(mu_): the grant's hand-out, read only with an observer
   Client::Impl::TimerId keep_alive_timer_ = 0;  // GUARDED_BY(mu_): while keeping_alive_
   // The latest blocker's watch, taken back when the attempt ends before it
   // fires (Client::Impl::unwatch): a waiter that gives up leaves nothing on

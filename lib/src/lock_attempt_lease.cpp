@@ -89,6 +89,7 @@ bool LockAttempt::start_release(std::uint64_t grant, std::function<void()> then)
   locked([&] {
     if (!machine_ || machine_->phase() != LockMachine::Phase::held || grant != grant_) return;
     started = true;
+    observe_released_locked();
     if (req_.mode == Mode::exclusive) remember_seen(impl_, req_.lock_path, machine_->others_seen());
     // The lease is over: its on_lost callbacks must never run, not even for
     // a later grant of a retained node. Destroyed unlocked (outbox_): one

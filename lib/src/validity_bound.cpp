@@ -1,5 +1,6 @@
 // The validity bound: committed writes as evidence, the heartbeat write, and the bound's lapse.
 #include <algorithm>
+#include <exception>
 #include <optional>
 
 #include "async_op.hpp"
@@ -68,6 +69,18 @@ void Client::Impl::report_lapse_locked(std::uint64_t epoch) {
             std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - valid_until()).count());
   CallbackScope scope(epoch);
   emit(SessionEvent::validity_expired, epoch);
+  // ClientOptions::observer, on the callback thread: bound_mu_ is held here.
+  if (opts.observer) {
+    post_user([observer = opts.observer, log = log, id = session_id()] {
+      try {
+        observer->validity_lapsed(id);
+      } catch (const std::exception& e) {
+        log->error("lock observer threw: {}", e.what());
+      } catch (...) {
+        log->error("lock observer threw");
+      }
+    });
+  }
 }
 
 // One heartbeat write per period at most, and none while the session's own

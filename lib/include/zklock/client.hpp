@@ -43,6 +43,7 @@
 #include <spdlog/common.h>
 
 #include "zklock/error.hpp"
+#include "zklock/observer.hpp"
 
 namespace zklock {
 
@@ -102,6 +103,10 @@ struct ClientOptions {
   spdlog::level::level_enum zk_log_level = spdlog::level::warn;
   // spdlog logger name used by zklock ("zklock").
   std::string logger = "zklock";
+  // Told of every acquisition, grant, failure, release and loss of this
+  // client's locks, and of validity-bound lapses (observer.hpp: threads and
+  // what it must not do). Null: none, at the cost of one branch per event.
+  std::shared_ptr<LockObserver> observer;
 };
 
 struct Stat {

@@ -105,6 +105,7 @@ class Lease {
   Mode mode() const;
 
  private:
+  friend class detail::LockAttempt;  // grant_of(), for ClientOptions::observer
   std::shared_ptr<detail::LockAttempt> attempt_;
   std::uint64_t grant_ = 0;  // which grant of the attempt's node this lease is
   FencingToken token_;
