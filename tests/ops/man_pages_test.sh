@@ -35,7 +35,7 @@ done
 page=$cli_page
 text=$(render "$page")
 expect "$page" "$text" "ZKLOCK(1)" "zklock - inspect zklock lock queues" "SYNOPSIS" "--zk" "--root" "--auth" \
-  "EXIT STATUS" "ENVIRONMENT" "ZKLOCK_ZK" "ZKLOCK_AUTH" "ZKLOCK_TOKEN" "FILES" "bash-completion" \
+  "EXIT STATUS" "ENVIRONMENT" "ZKLOCK_ZK" "ZKLOCK_AUTH" "ZKLOCK_TOKEN" "FILES" "bash-completion" "vendor-completions/_zklock" \
   "\"complete\": false" "SEE ALSO" "zklock-detector(8)" "75"
 for sub in ls queue cycles graph exec revoke revocations doctor; do
   expect "$page" "$text" "zklock $sub"
