@@ -6,8 +6,9 @@
 #
 # SUBCOMMANDS adds each subcommand's --help (cmake/help2man-subcommands.sh).
 # The page is <output name>.<section>, built by the target <output name>-man
-# (part of ALL) and installed under share/man/man<section>.
+# (part of ALL) and installed as <page>.gz under share/man/man<section>.
 find_program(ZKLOCK_HELP2MAN help2man)
+find_program(ZKLOCK_GZIP_MAN gzip REQUIRED)
 if(NOT ZKLOCK_HELP2MAN)
   message(STATUS "help2man not found: man pages are not built (Debian package help2man)")
 endif()
@@ -40,6 +41,13 @@ function(zklock_man_page)
     DEPENDS ${depends}
     COMMENT "help2man ${name}.${MAN_SECTION}"
     VERBATIM)
-  add_custom_target(${name}-man ALL DEPENDS ${page})
-  install(FILES ${page} DESTINATION ${CMAKE_INSTALL_MANDIR}/man${MAN_SECTION})
+  # Installed compressed (gzip -9n, as Debian Policy 12.1 and lintian want);
+  # the uncompressed page stays in the build tree for the tests.
+  add_custom_command(OUTPUT ${page}.gz
+    COMMAND ${ZKLOCK_GZIP_MAN} -9nkf ${page}
+    DEPENDS ${page}
+    COMMENT "gzip ${name}.${MAN_SECTION}"
+    VERBATIM)
+  add_custom_target(${name}-man ALL DEPENDS ${page} ${page}.gz)
+  install(FILES ${page}.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man${MAN_SECTION})
 endfunction()

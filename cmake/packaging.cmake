@@ -10,8 +10,22 @@
 # dpkg-shlibdeps; the -dev package names the -dev packages a consumer's
 # build needs (the library is static: its dependencies link into the consumer).
 
-set(ZKLOCK_PACKAGE_CONTACT "zklock maintainers <zklock-maintainers@invalid>"
-    CACHE STRING "Maintainer field of the Debian packages")
+# The Maintainer field of both packages, and the signature of their
+# changelog: "NAME <EMAIL>" (Debian Policy 5.6.2; lintian rejects a mail
+# domain that cannot exist, such as .invalid). Set it when you build packages
+# for your own repository: -DZKLOCK_PACKAGE_CONTACT="Ops <ops@example.org>".
+# The default is the project's placeholder, not a person.
+set(ZKLOCK_PACKAGE_CONTACT "zklock maintainers <zklock-maintainers@users.noreply.github.com>"
+    CACHE STRING "Maintainer field of the Debian packages: NAME <EMAIL>")
+# Build directories configured before carry the old placeholder, whose
+# .invalid domain lintian rejects: move them to the new one.
+if(ZKLOCK_PACKAGE_CONTACT STREQUAL "zklock maintainers <zklock-maintainers@invalid>")
+  set(ZKLOCK_PACKAGE_CONTACT "zklock maintainers <zklock-maintainers@users.noreply.github.com>"
+      CACHE STRING "Maintainer field of the Debian packages: NAME <EMAIL>" FORCE)
+endif()
+if(NOT ZKLOCK_PACKAGE_CONTACT MATCHES "^[^<>]+ <[^<> @]+@[^<> @]+\\.[^<> @]+>$")
+  message(FATAL_ERROR "ZKLOCK_PACKAGE_CONTACT must be \"NAME <EMAIL>\", not \"${ZKLOCK_PACKAGE_CONTACT}\"")
+endif()
 
 set(CPACK_PACKAGE_NAME zklock)
 set(CPACK_PACKAGE_VENDOR zklock)
@@ -68,5 +82,33 @@ set(CPACK_DEBIAN_TOOLS_PACKAGE_CONTROL_EXTRA
   ${CMAKE_CURRENT_LIST_DIR}/debian/postrm)
 # dpkg-shlibdeps may read only the tools package's files.
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS OFF)
+# Control files (conffiles, postinst, postrm) with Debian's modes (0644,
+# 0755) whatever the checkout's umask gave them (lintian:
+# control-file-has-bad-permissions).
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
+
+# What Debian Policy wants in every package's /usr/share/doc/PACKAGE
+# (12.5, 12.7): the copyright file and, the packages being native (no Debian
+# revision), changelog.gz compressed with gzip -9n. Only in the packages
+# (component installs, EXCLUDE_FROM_ALL), as /etc/zklock is.
+string(TIMESTAMP ZKLOCK_DEB_DATE "%a, %d %b %Y %H:%M:%S +0000" UTC)  # honours SOURCE_DATE_EPOCH
+find_program(ZKLOCK_GZIP gzip)
+foreach(component_package dev:libzklock-dev tools:zklock)
+  string(REPLACE ":" ";" cp ${component_package})
+  list(GET cp 0 component)
+  list(GET cp 1 ZKLOCK_DEB_PACKAGE)
+  set(dir ${PROJECT_BINARY_DIR}/debian/${ZKLOCK_DEB_PACKAGE})
+  configure_file(${CMAKE_CURRENT_LIST_DIR}/debian/changelog.in ${dir}/changelog @ONLY)
+  if(ZKLOCK_GZIP)
+    execute_process(COMMAND ${ZKLOCK_GZIP} -9nf ${dir}/changelog RESULT_VARIABLE gzip_rc)
+    if(NOT gzip_rc EQUAL 0)
+      message(FATAL_ERROR "gzip -9n ${dir}/changelog: ${gzip_rc}")
+    endif()
+    install(FILES ${dir}/changelog.gz DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${ZKLOCK_DEB_PACKAGE}
+            COMPONENT ${component} EXCLUDE_FROM_ALL)
+  endif()
+  install(FILES ${CMAKE_CURRENT_LIST_DIR}/debian/copyright DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${ZKLOCK_DEB_PACKAGE}
+          COMPONENT ${component} EXCLUDE_FROM_ALL)
+endforeach()
 
 include(CPack)
