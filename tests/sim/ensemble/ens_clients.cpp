@@ -255,10 +255,7 @@ void World::lapse_check(ClientState& cl) {
 // invariant 7); V1 and V3 are checked at that instant.
 void World::maybe_hand_out(ClientState& cl) {
   if (cl.lock != Lock::granted) return;
-  if (!cl.have_bound || local(cl.id) >= cl.bound) {
-    ++res_.c.held_back;
-    return;
-  }
+  if (!cl.have_bound || local(cl.id) >= cl.bound) return;  // held back until the bound rises
   for (const auto& other : clients_) {
     if (other.id != cl.id && valid(other)) {
       fail("V1: c" + std::to_string(cl.id) + " handed token " + std::to_string(cl.node) + " while c" +

@@ -68,7 +68,7 @@ struct Config {
 };
 
 struct Counters {
-  std::uint64_t steps = 0, handouts = 0, held_back = 0, lapses = 0, expiries = 0, elections = 0;
+  std::uint64_t steps = 0, handouts = 0, lapses = 0, expiries = 0, elections = 0;
   std::uint64_t commits = 0, heartbeats = 0, syncs = 0, faults = 0;
   std::map<std::string, std::uint64_t> by_fault;
   Micros session_time = 0;  // summed over sessions, for heartbeats per session-period
@@ -109,7 +109,6 @@ struct Server {
   int leader = -1;
   std::uint32_t epoch = 0;
   std::uint64_t gen = 0;  // bumped on every role change: older timers are void
-  bool down = false;      // killed: no state but the log
   std::vector<Txn> log;
   std::size_t applied = 0;  // log[0, applied) is in the db
   std::set<std::uint64_t> sessions;                   // db: live sessions
