@@ -71,17 +71,10 @@ Micros World::lat(int a, int b) {
   return base;
 }
 
-void World::send(int from, int to, std::function<void()> fn) {
-  Link& l = link(from, to);
-  const int d = from < to ? 0 : 1;
-  const std::uint64_t view = l.view[from < to ? 0 : 1];
-  auto deliver = [this, from, to, view, fn = std::move(fn)] {
-    Link& l2 = link(from, to);
-    if (l2.view[from < to ? 1 : 0] != view) return;  // the receiver's end is another connection
-    if (l2.view[from < to ? 0 : 1] != view) return;  // the sender closed this one since
-    fn();
-  };
-  Link::Dir& dir = l.dir[d];
+// Onto the link's direction: held while it is cut, else after the
+// previous delivery (FIFO).
+void World::enqueue(int from, int to, std::function<void()> deliver) {
+  Link::Dir& dir = link(from, to).dir[from < to ? 0 : 1];
   if (dir.held) {
     dir.held_q.emplace_back(to, std::move(deliver));
     return;
@@ -91,20 +84,21 @@ void World::send(int from, int to, std::function<void()> fn) {
   at_real(to, when, std::move(deliver));
 }
 
+void World::send(int from, int to, std::function<void()> fn) {
+  const std::uint64_t view = link(from, to).view[from < to ? 0 : 1];
+  enqueue(from, to, [this, from, to, view, fn = std::move(fn)] {
+    Link& l = link(from, to);
+    if (l.view[from < to ? 1 : 0] != view) return;  // the receiver's end is another connection
+    if (l.view[from < to ? 0 : 1] != view) return;  // the sender closed this one since
+    fn();
+  });
+}
+
 void World::send_close(int from, int to, std::function<void()> fn) {
-  Link& l = link(from, to);
-  const std::uint64_t view = l.view[from < to ? 0 : 1];
-  auto deliver = [this, from, to, view, fn = std::move(fn)] {
+  const std::uint64_t view = link(from, to).view[from < to ? 0 : 1];
+  enqueue(from, to, [this, from, to, view, fn = std::move(fn)] {
     if (link(from, to).view[from < to ? 1 : 0] == view) fn();  // the receiver still has this connection
-  };
-  Link::Dir& dir = l.dir[from < to ? 0 : 1];
-  if (dir.held) {
-    dir.held_q.emplace_back(to, std::move(deliver));
-    return;
-  }
-  const Micros when = std::max(now_ + lat(from, to), dir.last);
-  dir.last = when;
-  at_real(to, when, std::move(deliver));
+  });
 }
 
 void World::release_held(int a, int b) {

@@ -186,6 +186,7 @@ class World {
   void at_real(int proc, Micros when, std::function<void()> fn);
   void send(int from, int to, std::function<void()> fn);  // delivered only on the same connection
   void send_close(int from, int to, std::function<void()> fn);  // a FIN: then `from` closes its end
+  void enqueue(int from, int to, std::function<void()> deliver);
   void connect_link(int a, int b);                         // a new connection, both ends
   void reset_view(int proc, int peer);                     // proc closes its end, silently
   void release_held(int a, int b);                         // a held direction goes on, in order
