@@ -117,6 +117,27 @@ struct Outcomes {
   std::atomic<int> inside{0}, overlaps{0};
 };
 
+// Queues `n` async waiters ("w-<i>") on `m`; each releases at once when
+// granted and records its outcome in `out`.
+void queue_waiters(FairMutex& m, Outcomes& out, int n) {
+  for (int i = 0; i < n; ++i) {
+    m.acquire_async(
+        [&out, i](AcquireResult r) {
+          if (!r.error) {
+            if (out.inside.fetch_add(1) != 0) ++out.overlaps;
+            out.inside.fetch_sub(1);
+            r.lease.release();
+          }
+          std::lock_guard lk(out.mu);
+          if (r.error) ++out.failed;
+          else ++out.grants[static_cast<std::size_t>(i)];
+          ++out.done;
+          out.cv.notify_all();
+        },
+        {.owner = "w-" + std::to_string(i)});
+  }
+}
+
 TEST(Blip, TenThousandWaitersOnOneSessionThenAReconnect) {
   constexpr int kWaiters = 10000;
   Outcomes out(kWaiters);
@@ -144,22 +165,7 @@ TEST(Blip, TenThousandWaitersOnOneSessionThenAReconnect) {
   const auto over = [&] { return status_kb("VmHWM") - rss0 > bound_kb; };  // fail fast, not at the OOM killer
   const auto t0 = zk.mntr();
   FairMutex m(c, path);
-  for (int i = 0; i < kWaiters; ++i) {
-    m.acquire_async(
-        [&out, i](AcquireResult r) {
-          if (!r.error) {
-            if (out.inside.fetch_add(1) != 0) ++out.overlaps;
-            out.inside.fetch_sub(1);
-            r.lease.release();
-          }
-          std::lock_guard lk(out.mu);
-          if (r.error) ++out.failed;
-          else ++out.grants[static_cast<std::size_t>(i)];
-          ++out.done;
-          out.cv.notify_all();
-        },
-        {.owner = "w-" + std::to_string(i)});
-  }
+  queue_waiters(m, out, kWaiters);
   // Queued and quiet: every node exists, nothing in flight but the heartbeat.
   ASSERT_TRUE(eventually([&] { return over() || holder_client.stat(path).num_children == kWaiters + 1; }, 120s))
       << holder_client.stat(path).num_children << " nodes";
@@ -236,22 +242,7 @@ TEST(Blip, CutWhileWaitersQueue) {
   FairMutex holder_mutex(holder_client, path);
   Lease holder = holder_mutex.acquire({.owner = "holder"});
   FairMutex m(c, path);
-  for (int i = 0; i < kWaiters; ++i) {
-    m.acquire_async(
-        [&out, i](AcquireResult r) {
-          if (!r.error) {
-            if (out.inside.fetch_add(1) != 0) ++out.overlaps;
-            out.inside.fetch_sub(1);
-            r.lease.release();
-          }
-          std::lock_guard lk(out.mu);
-          if (r.error) ++out.failed;
-          else ++out.grants[static_cast<std::size_t>(i)];
-          ++out.done;
-          out.cv.notify_all();
-        },
-        {.owner = "w-" + std::to_string(i)});
-  }
+  queue_waiters(m, out, kWaiters);
   ASSERT_TRUE(eventually([&] { return holder_client.stat(path).num_children > kWaiters / 2; }, 120s));
   const auto m0 = zk.mntr();
   const auto cut_at = Clock::now();
