@@ -18,7 +18,7 @@ namespace zklock::detail {
 namespace {
 
 using Kind = MachineEvent::Kind;
-using Cmd = MachineCommand::Kind;
+using Out = MachineOutcome::Kind;
 
 // make_shared adds a 16-byte header; glibc's thread cache takes up to 1,032.
 // Checked where the layout was measured (libstdc++, no debug containers).
@@ -46,11 +46,11 @@ std::string node_data_for(const NodeData& d) {
 
 }  // namespace
 
-Seen seen_before(Client::Impl* impl, const std::string& lock_path) {
+LockHistory seen_before(Client::Impl* impl, const std::string& lock_path) {
   auto& t = *impl->attempt_tables;
   std::lock_guard lk(t.mu);
   const auto it = t.seen.find(lock_path);
-  return it == t.seen.end() ? Seen::nothing : it->second ? Seen::contended : Seen::free;
+  return it == t.seen.end() ? LockHistory::unknown : it->second ? LockHistory::contended : LockHistory::free;
 }
 
 void remember_seen(Client::Impl* impl, const std::string& lock_path, bool contended) {
@@ -66,6 +66,15 @@ std::string owner_for(const Client& client, const AcquireOptions& o) {
   return !o.owner.empty()                  ? o.owner
          : !OwnerScope::current().empty() ? OwnerScope::current()
                                           : client.default_owner();
+}
+
+Holder holder_for(const Client& client, const AttemptRequest& r) {
+  return Holder{owner_for(client, r.options), r.options.priority, r.options.description, r.policy};
+}
+
+// owner_, not owner_for: the thread that runs begin() may not be the caller's.
+Holder LockAttempt::holder() const {
+  return Holder{owner_, req_.options.priority, req_.options.description, req_.policy};
 }
 
 LockAttempt::LockAttempt(Client& client, AttemptRequest request, Done done)
@@ -92,6 +101,7 @@ LockAttempt::~LockAttempt() {
 
 void LockAttempt::start(Client& client, AttemptRequest request, Done done) {
   validate_lock_path(request.lock_path);
+  // The one check of "exclusive only": a reader never retains.
   if (request.mode != Mode::exclusive) request.retain = std::chrono::milliseconds::zero();
   if (retake_from_slot(request, done)) return;
   auto self = std::make_shared<LockAttempt>(client, std::move(request), std::move(done));
@@ -164,12 +174,10 @@ void LockAttempt::begin() {
       }
       self->ensemble_id_ = id;
       self->epoch_ = self->impl_->epoch();
-      const bool retain = self->req_.retain > std::chrono::milliseconds::zero();
-      const auto seen = self->req_.mode == Mode::exclusive ? seen_before(self->impl_, self->req_.lock_path)
-                                                           : Seen::contended;
-      self->machine_ = std::make_unique<LockMachine>(
-          MachineConfig{self->req_.mode, self->guid_, self->req_.policy, self->epoch_, self->req_.lock_path, retain,
-                        seen == Seen::free || (retain && seen == Seen::nothing)});
+      const auto& r = self->req_;
+      self->machine_ = std::make_unique<LockMachine>(MachineConfig{
+          r.mode, self->guid_, self->holder(), self->epoch_, r.lock_path, r.retain > std::chrono::milliseconds::zero(),
+          r.mode == Mode::exclusive ? seen_before(self->impl_, r.lock_path) : LockHistory::contended});
       self->execute_locked(self->machine_->start());
     });
   };
@@ -206,10 +214,8 @@ void LockAttempt::deliver_locked(Error error) {
 }
 
 void LockAttempt::execute_locked(LockMachine::Commands cmds) {
-  for (const auto& c : cmds) {
-    if (c.kind >= Cmd::granted) report_locked(c);
-    else send_locked(c);
-  }
+  for (const auto& r : cmds.requests) send_locked(r);
+  for (const auto& o : cmds.outcomes) report_locked(o);
   const auto phase = machine_->phase();
   if (idle_listed_ && phase != LockMachine::Phase::retained) unlist_idle_locked();
   if (abandoned_ && phase == LockMachine::Phase::held) {
@@ -239,12 +245,12 @@ void LockAttempt::execute_locked(LockMachine::Commands cmds) {
   }
 }
 
-void LockAttempt::report_locked(const MachineCommand& c) {
+void LockAttempt::report_locked(const MachineOutcome& c) {
   switch (c.kind) {
-    case Cmd::granted: {
+    case Out::granted: {
       node_path_ = child_path(machine_->node_name());
       const auto parsed = parse_lock_node_name(machine_->node_name());
-      token_ = FencingToken(ensemble_id_, c.czxid, parsed ? parsed->sequence : 0);
+      token_ = FencingToken(ensemble_id_, c.token, parsed ? parsed->sequence : 0);
       ++grant_;
       retake_.reset();
       end_acquiring_locked();
@@ -268,10 +274,10 @@ void LockAttempt::report_locked(const MachineCommand& c) {
       }
       break;
     }
-    case Cmd::failed:
+    case Out::failed:
       deliver_locked(Error(c.errc, c.message));
       break;
-    case Cmd::lost: {
+    case Out::lost: {
       if (awaiting_valid_) {
         // Invariant (7): lost before it was handed out; nobody holds a lease.
         awaiting_valid_ = false;
@@ -293,13 +299,13 @@ void LockAttempt::report_locked(const MachineCommand& c) {
       });
       break;
     }
-    case Cmd::released:
+    case Out::released:
       for (auto& then : std::exchange(release_waiters_, {})) outbox_.push_back(std::move(then));
       break;
-    case Cmd::retake_void:
+    case Out::retake_void:
       retake_void_locked(c.message);
       break;
-    case Cmd::notice:
+    case Out::notice:
       impl_->log->warn("{}", c.message);
       break;
     default:
@@ -391,10 +397,8 @@ AttemptRequest mutex_request(const std::string& lock_path, Mode mode, const Acqu
   r.policy = mutex.loss_policy;
   r.timeout = timeout;
   r.stop = std::move(stop);
-  if (mode == Mode::exclusive) {
-    r.retain = mutex.retain;
-    r.slot = slot;
-  }
+  r.retain = mutex.retain;  // LockAttempt::start clears it for a reader
+  r.slot = slot;
   return r;
 }
 

@@ -172,9 +172,9 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   void hand_out_locked();                           // REQUIRES mu_: the grant's Lease to done_
   void give_up_awaiting_locked(Error error);        // REQUIRES mu_: invariant (7), out of time
   void execute_locked(LockMachine::Commands cmds);  // REQUIRES mu_
-  void send_locked(const MachineCommand& c);        // REQUIRES mu_
+  void send_locked(const MachineRequest& c);        // REQUIRES mu_
   void list_locked(std::uint64_t tag, bool watch);  // REQUIRES mu_: a (batched) listing
-  void report_locked(const MachineCommand& c);      // REQUIRES mu_: an outcome
+  void report_locked(const MachineOutcome& c);      // REQUIRES mu_: an outcome
   bool start_release(std::uint64_t grant, std::function<void()> then);
   void keep_alive_while_cleaning();  // REQUIRES mu_
   void finish_locked();              // REQUIRES mu_: unregisters timer and registry entry
@@ -183,6 +183,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   void observe_released_locked();
   void observe_lost_locked(LossReason reason);
   std::string child_path(const std::string& name) const { return req_.lock_path + "/" + name; }
+  Holder holder() const;  // who this attempt acts for: its node's data
 
   // --- immutable after construction ---
   Client* client_;
@@ -244,20 +245,20 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
 // The owner a request acts for: its own, else the thread's OwnerScope, else
 // the client's default.
 std::string owner_for(const Client& client, const AcquireOptions& options);
+// Who a request acts for, as its node's data will say.
+Holder holder_for(const Client& client, const AttemptRequest& request);
 
 // What the last exclusive acquisition of a lock through a client found when
-// released: the next one lists with a children watch (MachineConfig::
-// watch_listings) if it found the lock free, or, retaining, if nothing is
-// known. Per client and lock, not per mutex object: code that makes a mutex
+// released (MachineConfig::history; the machine decides what follows from
+// it). Per client and lock, not per mutex object: code that makes a mutex
 // for each acquisition benefits too. A hint only (safety never depends on
 // it), forgotten wholesale past 4,096 locks.
-enum class Seen { nothing, free, contended };
-Seen seen_before(Client::Impl* impl, const std::string& lock_path);
+LockHistory seen_before(Client::Impl* impl, const std::string& lock_path);
 void remember_seen(Client::Impl* impl, const std::string& lock_path, bool contended);
 
 // --- shared by the front ends (FairMutex, FairSharedMutex, MultiLock) ---
-// A mutex's request: its loss policy, and its retention for exclusive
-// requests only (a reader never retains). Timeout zero: none.
+// A mutex's request: its loss policy and its retention (a reader's is
+// dropped by LockAttempt::start). Timeout zero: none.
 AttemptRequest mutex_request(const std::string& lock_path, Mode mode, const AcquireOptions& options,
                              const MutexOptions& mutex, const std::shared_ptr<RetainSlot>& slot,
                              std::chrono::milliseconds timeout = {}, std::stop_token stop = {});

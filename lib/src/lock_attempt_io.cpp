@@ -15,7 +15,7 @@ namespace zklock::detail {
 namespace {
 
 using Kind = MachineEvent::Kind;
-using Cmd = MachineCommand::Kind;
+using Req = MachineRequest::Kind;
 
 // Which codes are transient and which end the session is error.hpp's
 // decision (is_transient, is_session_fatal), not the recipe's.
@@ -160,7 +160,7 @@ Client::Impl::WatchRef watch_deletion(Client::Impl* impl, std::weak_ptr<LockAtte
 
 }  // namespace
 
-void LockAttempt::send_locked(const MachineCommand& c) {
+void LockAttempt::send_locked(const MachineRequest& c) {
   std::weak_ptr<LockAttempt> weak = weak_from_this();
   const auto tag = c.tag;
   auto feed_to = [weak](MachineEvent ev) {
@@ -176,7 +176,7 @@ void LockAttempt::send_locked(const MachineCommand& c) {
     return;
   }
   switch (c.kind) {
-    case Cmd::create:
+    case Req::create:
       impl_->create(child_path(lock_node_prefix(req_.mode, owner_key(owner_), c.name)), data_,
                     CreateMode::ephemeral_sequential,
                     [feed_to, tag](Status st, const std::string& path, const Stat& stat) {
@@ -188,7 +188,7 @@ void LockAttempt::send_locked(const MachineCommand& c) {
                       feed_to(ev);
                     });
       break;
-    case Cmd::make_parents: {
+    case Req::make_parents: {
       // Containers, top-down and pipelined; "already exists" is fine.
       std::vector<std::string> prefixes;
       for (std::size_t pos = 1; (pos = req_.lock_path.find('/', pos)) != std::string::npos; ++pos) {
@@ -205,11 +205,11 @@ void LockAttempt::send_locked(const MachineCommand& c) {
       }
       break;
     }
-    case Cmd::list:
-    case Cmd::list_watch:  // batched alike; the watch is shared (issue_listing)
-      list_locked(tag, c.kind == Cmd::list_watch);
+    case Req::list:
+    case Req::list_watch:  // batched alike; the watch is shared (issue_listing)
+      list_locked(tag, c.kind == Req::list_watch);
       break;
-    case Cmd::touch:  // the node data unchanged, at the expected version
+    case Req::touch:  // the node data unchanged, at the expected version
       impl_->set_data(child_path(c.name), data_, c.version, [feed_to, tag](Status st, const Stat& stat) {
         MachineEvent ev = answer(Kind::touched, tag, st);
         if (st.ok()) {
@@ -219,7 +219,7 @@ void LockAttempt::send_locked(const MachineCommand& c) {
         feed_to(ev);
       });
       break;
-    case Cmd::read_stats: {
+    case Req::read_stats: {
       auto stats = std::make_shared<std::vector<NodeStat>>(c.names.size());
       auto remaining = std::make_shared<std::size_t>(c.names.size());
       for (std::size_t i = 0; i < c.names.size(); ++i) {
@@ -234,7 +234,7 @@ void LockAttempt::send_locked(const MachineCommand& c) {
       }
       break;
     }
-    case Cmd::watch_blocker:
+    case Req::watch_blocker:
       // The machine follows only its latest blocker: an earlier watch, if
       // it has not fired, is taken back.
       impl_->unwatch(blocker_watch_);
@@ -242,12 +242,12 @@ void LockAttempt::send_locked(const MachineCommand& c) {
           watch_deletion(impl_, weak, tag, Kind::blocker_checked, Kind::blocker_deleted, child_path(c.name));
       blocker_tag_ = tag;
       break;
-    case Cmd::watch_own:
+    case Req::watch_own:
       watch_deletion(impl_, weak, tag, Kind::own_checked, Kind::own_deleted, child_path(c.name));
       break;
-    case Cmd::read_marker:
-    case Cmd::read_record: {
-      const bool marker = c.kind == Cmd::read_marker;
+    case Req::read_marker:
+    case Req::read_record: {
+      const bool marker = c.kind == Req::read_marker;
       impl_->get(marker ? req_.lock_path : revocation_record_path(c.name), nullptr,
                  [feed_to, tag, marker](Status st, std::string data, const Stat&) {
                    MachineEvent ev = answer(marker ? Kind::marker_read : Kind::record_read, tag, st);
@@ -256,8 +256,8 @@ void LockAttempt::send_locked(const MachineCommand& c) {
                  });
       break;
     }
-    case Cmd::remove:
-    case Cmd::remove_extra:
+    case Req::remove:
+    case Req::remove_extra:
       if (c.with_marker) {
         // Invariant (3) of the machine: the marker in the same transaction.
         impl_->multi({Op::remove(child_path(c.name)), Op::set_data(req_.lock_path, c.name)},

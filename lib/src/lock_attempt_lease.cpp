@@ -54,7 +54,9 @@ void LockAttempt::release_async(std::uint64_t grant, std::function<void()> done)
 
 bool LockAttempt::valid(std::uint64_t grant) const {
   std::lock_guard lk(mu_);
-  return grant == grant_ && machine_ && machine_->holding() && impl_->epoch() == epoch_ && Clock::now() < impl_->valid_until();
+  // The bound of our session only: a new session proves nothing about our node.
+  const auto bound = impl_->epoch() == epoch_ ? impl_->valid_until() : Clock::time_point::min();
+  return grant == grant_ && machine_ && machine_->holding(Clock::now(), bound);
 }
 
 bool LockAttempt::suspended(std::uint64_t grant) const {

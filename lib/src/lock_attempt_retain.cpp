@@ -80,13 +80,7 @@ void LockAttempt::retain_locked() {
 bool LockAttempt::retake(AttemptRequest& fallback, Done& done) {
   bool taken = false;
   locked([&] {
-    if (!machine_ || machine_->phase() != LockMachine::Phase::retained) return;
-    const auto& o = fallback.options;
-    const std::string owner = owner_for(*client_, o);
-    if (owner != owner_ || o.priority != req_.options.priority || o.description != req_.options.description ||
-        fallback.policy != req_.policy) {
-      return;  // the node's data says who holds it and how: only the same holder re-takes
-    }
+    if (!machine_ || !machine_->may_retake(holder_for(*client_, fallback))) return;
     if (!enter_registry()) return;
     taken = true;
     if (retain_timer_ != 0) impl_->cancel(retain_timer_);

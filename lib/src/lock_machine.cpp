@@ -14,16 +14,38 @@ namespace zklock::detail {
 namespace {
 
 using Kind = MachineEvent::Kind;
-using Cmd = MachineCommand::Kind;
+using Req = MachineRequest::Kind;
+using Out = MachineOutcome::Kind;
 
 }  // namespace
 
-LockMachine::LockMachine(MachineConfig config) : cfg_(std::move(config)) {}
+bool MachineEvent::is_answer() const {
+  switch (kind) {
+    case Kind::created: case Kind::parents_made: case Kind::listed: case Kind::stats_read:
+    case Kind::blocker_checked: case Kind::marker_read: case Kind::own_checked: case Kind::record_read:
+    case Kind::removed: case Kind::touched:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Listings arm the children watch while no other node has been
+// seen, when the lock is expected to be free (this client's previous
+// acquisition of it found it so, or, retaining, nothing is known): that
+// watch then stands in for the watch on our node (invariant 6), and tells a
+// retained node about a waiter (invariant 5). Not for a lock expected to be
+// contended: a waiter's watch would only bring a notification at the next
+// change, to every waiter (a herd of notifications). Safety never depends
+// on it (the simulator gives each machine either history).
+LockMachine::LockMachine(MachineConfig config) : cfg_(std::move(config)) {
+  watch_listings_ = cfg_.history == LockHistory::free || (cfg_.retain && cfg_.history == LockHistory::unknown);
+}
 
 bool LockMachine::finished() const {
   const bool terminal = phase_ == Phase::failed || phase_ == Phase::released;
-  const bool no_node = node_ == NodeState::none || node_ == NodeState::gone;
-  return terminal && no_node && !sweep_pending_ && list_tag_ == 0 && extras_.empty();
+  const bool no_node = own_.state == NodeState::none || own_.state == NodeState::gone;
+  return terminal && no_node && !duties_.has(Duty::sweep) && round_.list_tag == 0 && duties_.extras.empty();
 }
 
 LockMachine::Commands LockMachine::start() {
@@ -37,9 +59,9 @@ LockMachine::Commands LockMachine::start() {
 // create in session order, so it already holds our node (found by GUID) and
 // every node created before it. An uncontended acquire is one round trip.
 void LockMachine::send_create(Commands& out) {
-  node_ = NodeState::creating;
+  own_.state = NodeState::creating;
   create_tag_ = next_tag();
-  out.push_back(request(Cmd::create, create_tag_, guid_for(creates_++)));
+  send(out, Req::create, create_tag_, guid_for(creates_++));
   relist(out);
 }
 
@@ -60,36 +82,34 @@ bool LockMachine::ours(std::string_view guid) const {
 }
 
 void LockMachine::relist(Commands& out) {
-  stats_tag_ = blocker_tag_ = marker_tag_ = 0;  // answers to the old round are stale
-  if (ever_uncertain_ && !barrier_done_ && barrier_tag_ == 0) {
+  round_.abandon();  // answers to the old round are stale
+  if (doubt_ == Doubt::open && barrier_tag_ == 0) {
     // A create's answer was lost: settle it now, while this client's other
     // attempts resync too (their listings batch into one), not with a
     // listing of its own at the end (sweep). The barrier is a write, so
     // every lost create of ours has run before it; the listing behind it
     // then shows each one (evaluate deletes all but the earliest).
     barrier_tag_ = next_tag();
-    out.push_back(request(Cmd::remove_extra, barrier_tag_, "zklock-sweep-barrier-" + cfg_.guid));
+    send(out, Req::remove_extra, barrier_tag_, "zklock-sweep-barrier-" + cfg_.guid);
   }
-  list_tag_ = next_tag();
-  if (!cfg_.watch_listings || others_seen_) {
-    out.push_back(request(Cmd::list, list_tag_));  // batched by the shell; no watch
+  round_.list_tag = next_tag();
+  if (!watch_listings_ || others_seen_) {
+    send(out, Req::list, round_.list_tag);  // batched by the shell; no watch
     return;
   }
   // The lock looks free: the listing also arms the children watch, which
   // covers our node (invariant 6) and tells a retained node about a waiter
   // (invariant 5); the latest one counts. Once another node is seen the
-  // listings go without it: we wait (our node gets its exists watch), will
+  // listings go without it: we wait (our node gets its own watch), will
   // not retain, and a waiter's watch is a notification for nothing.
-  children_tag_ = list_tag_;
-  children_armed_ = false;
-  waiter_known_ = true;  // until its answer shows no other node
-  out.push_back(request(Cmd::list_watch, list_tag_));
+  children_ = {Watch::sent, round_.list_tag};
+  send(out, Req::list_watch, round_.list_tag);
 }
 
-// Our node has no exists watch and the children watch cannot stand in for it
-// (none armed, or we are not alone and will wait): watch it now (invariant 6).
+// Our node has no watch of its own and the children watch cannot stand in
+// for it (none set, or we are not alone and will wait): watch it now (6).
 void LockMachine::cover_own(Commands& out) {
-  if (own_watch_off_ && (children_tag_ == 0 || others_seen_) && node_ == NodeState::exists &&
+  if (own_.covered && (children_.tag == 0 || others_seen_) && own_.state == NodeState::exists &&
       (acquiring() || phase_ == Phase::held)) {
     watch_own(out);
   }
@@ -98,12 +118,9 @@ void LockMachine::cover_own(Commands& out) {
 // A step's outcome is unknown (connection loss): list again, now if the
 // connection is up, else when the same session is back.
 void LockMachine::transient(Commands& out) {
-  list_tag_ = stats_tag_ = blocker_tag_ = marker_tag_ = 0;
-  if (connected_) {
-    relist(out);
-  } else {
-    resync_pending_ = true;
-  }
+  round_.abandon();
+  if (link_ == Link::up) relist(out);
+  else duties_.add(Duty::relist);
 }
 
 LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
@@ -114,7 +131,7 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
     return true;
   };
   // Any answer saying the session is over ends it, like the session event.
-  if (ev.rc == Rc::session_expired && ev.kind < Kind::disconnected) {
+  if (ev.rc == Rc::session_expired && ev.is_answer()) {
     session_over(out);
     return out;
   }
@@ -123,82 +140,74 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
       if (is(create_tag_)) on_created(ev, out);
       break;
     case Kind::parents_made:
-      if (!is(parents_tag_) || !acquiring()) break;
+      if (!is(round_.parents_tag) || !acquiring()) break;
       if (ev.rc == Rc::error) {
         fail(ev.errc, "creating lock path " + cfg_.lock_path + ": " + ev.detail, out);
       } else if (ev.rc == Rc::connection_loss) {
-        node_ = NodeState::none;
+        own_.state = NodeState::none;
         transient(out);  // the listing will not find us: create again
       } else {
         send_create(out);
       }
       break;
     case Kind::listed: {
-      if (!is(list_tag_)) break;
+      if (!is(round_.list_tag)) break;
       const auto listing = ev.listing ? ev.listing : parse_listing(ev.children);
       if (phase_ == Phase::retaking) {
         on_retake_listed(ev, *listing, out);
         break;
       }
-      const bool others = ev.rc == Rc::ok && std::any_of(listing->nodes.begin(), listing->nodes.end(),
-                                                         [&](const Entry& e) { return !ours(e.node.guid); });
-      if (others) others_seen_ = waiter_known_ = true;
-      if (ev.tag == children_tag_) {
-        if (ev.rc != Rc::ok) children_tag_ = 0;  // no watch was set
-        children_armed_ = ev.rc == Rc::ok;
-        waiter_known_ = ev.rc != Rc::ok || others;
-      }
+      note_listing(ev, *listing);
       cover_own(out);  // (6): unless the watch is armed and we may be alone
       on_listed(ev, listing, out);
       break;
     }
     case Kind::touched:
-      if (!is(touch_tag_)) break;
-      touch_rc_ = ev.rc;
+      if (!retake_ || !is(retake_->touch_tag)) break;
+      retake_->touch_rc = ev.rc;
       if (ev.rc == Rc::ok) {
-        version_ = ev.version;
-        retake_mzxid_ = ev.mzxid;
+        own_.version = ev.version;
+        retake_->mzxid = ev.mzxid;
       }
       break;
     case Kind::own_changed:
-      if (ev.tag == 0 || ev.tag != own_tag_) break;
-      own_tag_ = 0;
+      if (!is(own_.watch_tag)) break;
       // Only we rewrite our node (a re-take's setData). Re-arming would cost
       // a read per re-take; the children watch sees our node's deletion too.
       // The children watch of the re-take's listing covers our node (6).
-      own_watch_off_ = true;
+      own_.covered = true;
       cover_own(out);
       break;
     case Kind::children_changed:
       on_children_changed(ev, out);
       break;
     case Kind::stats_read:
-      if (!is(stats_tag_) || !acquiring()) break;
-      if (ev.stats.size() < stats_names_.size()) transient(out);  // a short answer: the reads' outcome is unknown
-      else if (stats_for_ == StatsFor::order) on_order_stats(ev, out);
+      if (!is(round_.stats_tag) || !acquiring()) break;
+      if (ev.stats.size() < round_.stats_names.size()) transient(out);  // a short answer: the reads' outcome is unknown
+      else if (round_.stats_for == StatsFor::order) on_order_stats(ev, out);
       else on_candidates(ev, out);
       break;
     case Kind::blocker_checked:
-      if (ev.tag != blocker_tag_ || !acquiring()) break;
+      if (ev.tag != round_.blocker_tag || !acquiring()) break;
       if (ev.rc == Rc::ok) break;  // watch set; wait
-      blocker_tag_ = 0;
+      round_.blocker_tag = 0;
       if (ev.rc == Rc::no_node) on_blocker_gone(out);
       else if (ev.rc == Rc::connection_loss) transient(out);
       else fail(ev.errc, "watching a node of " + cfg_.lock_path + ": " + ev.detail, out);
       break;
     case Kind::blocker_deleted:
-      if (is(blocker_tag_) && acquiring()) on_blocker_gone(out);
+      if (is(round_.blocker_tag) && acquiring()) on_blocker_gone(out);
       break;
     case Kind::marker_read:
-      if (is(marker_tag_) && acquiring()) on_marker(ev, out);
+      if (is(round_.marker_tag) && acquiring()) on_marker(ev, out);
       break;
     case Kind::own_checked:
-      if (ev.tag != own_tag_) break;
+      if (ev.tag != own_.watch_tag) break;
       if (ev.rc == Rc::no_node) on_own_gone(out);
-      else if (ev.rc == Rc::connection_loss) own_watch_pending_ = true;  // re-armed on reconnect
+      else if (ev.rc == Rc::connection_loss) duties_.add(Duty::watch_own);  // re-armed on reconnect
       break;
     case Kind::own_deleted:
-      if (is(own_tag_)) on_own_gone(out);
+      if (is(own_.watch_tag)) on_own_gone(out);
       break;
     case Kind::record_read:
       if (is(record_tag_)) on_record(ev, out);
@@ -228,6 +237,21 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
   return out;
 }
 
+// What a listing of the acquisition says about the children watch and about
+// other nodes.
+void LockMachine::note_listing(const MachineEvent& ev, const Listing& listing) {
+  const bool others = ev.rc == Rc::ok && std::any_of(listing.nodes.begin(), listing.nodes.end(),
+                                                     [&](const Entry& e) { return !ours(e.node.guid); });
+  if (others) {
+    others_seen_ = true;
+    if (children_.state == Watch::quiet) children_.state = Watch::busy;
+  }
+  if (ev.tag == children_.tag) {
+    if (ev.rc != Rc::ok) children_ = {};  // no watch was set
+    else children_.state = others ? Watch::busy : Watch::quiet;
+  }
+}
+
 // An answer said the session is over: as the session event would.
 void LockMachine::session_over(Commands& out) {
   MachineEvent over{Kind::expired};
@@ -235,33 +259,39 @@ void LockMachine::session_over(Commands& out) {
   on_session(over, out);
 }
 
-void LockMachine::grant(Commands& out) {
+void LockMachine::grant(std::int64_t token, Commands& out) {
   phase_ = Phase::held;
-  MachineCommand c{Cmd::granted};
-  c.czxid = czxid_;
-  out.push_back(std::move(c));
+  MachineOutcome c{Out::granted};
+  c.token = token;
+  report(out, std::move(c));
 }
 
 void LockMachine::fail(Errc errc, std::string message, Commands& out) {
   if (!acquiring()) return;
   phase_ = Phase::failed;
-  list_tag_ = stats_tag_ = blocker_tag_ = marker_tag_ = parents_tag_ = 0;
-  resync_pending_ = false;
-  MachineCommand c{Cmd::failed};
+  round_.abandon();
+  duties_.drop(Duty::relist);
+  MachineOutcome c{Out::failed};
   c.errc = errc;
   c.message = std::move(message);
-  out.push_back(std::move(c));
+  report(out, std::move(c));
   // Clean up: our node (no marker: it was never granted), or a create whose
   // outcome is unknown; a create still in flight is deleted when answered.
-  if (node_ == NodeState::exists) remove_own(false, out);
-  if (node_ == NodeState::unknown || ever_uncertain_) sweep(out);
+  if (own_.state == NodeState::exists) remove_own(Duty::remove, out);
+  if (own_.state == NodeState::unknown || doubt_ != Doubt::none) sweep(out);
 }
 
-MachineCommand LockMachine::request(MachineCommand::Kind kind, std::uint64_t tag, std::string name) {
-  MachineCommand c{kind};
+void LockMachine::send(Commands& out, MachineRequest::Kind kind, std::uint64_t tag, std::string name) {
+  MachineRequest c{kind};
   c.tag = tag;
   c.name = std::move(name);
-  return c;
+  out.requests.push_back(std::move(c));
+}
+
+void LockMachine::notice(Commands& out, std::string message) {
+  MachineOutcome n{Out::notice};
+  n.message = std::move(message);
+  report(out, std::move(n));
 }
 
 }  // namespace zklock::detail

@@ -39,15 +39,21 @@
 //      (expected version) succeeded and the listing behind it shows no node
 //      but ours; its token is that setData's mzxid. Otherwise the retention
 //      ends with the usual release (delete + marker) and `retake_void`.
-//  (6) While our node exists and we wait or hold, its deletion is seen: an
-//      exists watch on it is armed, or the children watch of the latest
-//      listing (one issued after our create, so showing our node unless it
-//      is gone) is armed and has not fired. When that watch fires, could not
-//      be set, or shows that we must wait, the exists watch is armed then
-//      (cover_own). So an acquisition that finds the lock free with a watched
-//      listing sends no request for its own node.
+//  (6) While our node exists and we wait or hold, its deletion is seen: a
+//      deletion watch on it is armed (watch_own), or the children watch of
+//      the latest listing (one issued after our create, so showing our node
+//      unless it is gone) is armed and has not fired. When that watch fires,
+//      could not be set, or shows that we must wait, the deletion watch is
+//      armed then (cover_own). So an acquisition that finds the lock free
+//      with a watched listing sends no request for its own node.
+//
+// A deletion watch (watch_own, watch_blocker) is a getData with a watch, not
+// an exists: on a node already gone, exists would leave a watch for its
+// creation that never comes (lock_attempt_io.cpp, watch_deletion). The
+// events still say "checked" (answered; rc no_node: gone) and "deleted".
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <unordered_map>
@@ -100,7 +106,7 @@ struct MachineEvent {
     parents_made,     // make_parents: rc (node_exists counts as ok)
     listed,           // list: rc; children
     stats_read,       // read_stats: stats, one per name, in order
-    blocker_checked,  // watch_blocker: rc (ok: exists, watch set; no_node: gone)
+    blocker_checked,  // watch_blocker: rc (ok: the node exists, watch set; no_node: gone)
     marker_read,      // read_marker: rc; data
     own_checked,      // watch_own: rc
     record_read,      // read_record: rc; data
@@ -136,30 +142,27 @@ struct MachineEvent {
   std::vector<NodeStat> stats;         // stats_read
   std::string data;                    // marker_read, record_read
   Errc errc = Errc::cancelled;         // cancel; rc == error: the ZooKeeper code
+
+  // An answer to a request (not a notification, a session or a user event).
+  bool is_answer() const;
 };
 
-struct MachineCommand {
+// A request for the shell to send; its answer comes back as the event named
+// alongside (the same tag).
+struct MachineRequest {
   enum class Kind {
-    // requests (answered by the event of the same name)
-    create,        // create EPHEMERAL_SEQUENTIAL <lock>/<prefix> with the node data; name: the GUID
-    make_parents,  // create the lock path and its ancestors as containers
-    list,          // getChildren(<lock>), no watch (the shell may batch it)
+    create,        // create EPHEMERAL_SEQUENTIAL <lock>/<prefix> with the node data; name: the GUID → created
+    make_parents,  // create the lock path and its ancestors as containers → parents_made
+    list,          // getChildren(<lock>), no watch (the shell may batch it) → listed
     list_watch,    // getChildren(<lock>) with a children watch (the shell may batch it: the watch then fires to each)
-    touch,         // setData(<lock>/<name>, the node data unchanged, expected `version`)
-    read_stats,    // exists(<lock>/<name>) for each of `names`, no watch, pipelined
-    watch_blocker, // exists(<lock>/<name>) with a watch
-    read_marker,   // getData(<lock>): the hand-off marker
-    watch_own,     // exists(<lock>/<name>) with a watch: our own node
-    read_record,   // getData(/zklock/revocations/<name>)
-    remove,        // delete <lock>/<name>; with_marker: in one multi with setData(<lock>, name)
-    remove_extra,  // delete <lock>/<name>: a duplicate of ours (same GUID)
-    // outcomes
-    granted,   // czxid: the token (czxid of a fresh node, mzxid of a re-take)
-    failed,    // errc, message
-    lost,      // reason, message
-    released,  // the release finished: the node is gone, or retained idle (the lease is over)
-    retake_void,  // the re-take did not grant (message: why); queue anew. The node is being released.
-    notice,       // something worth a log line (message), reported to no lease
+    touch,         // setData(<lock>/<name>, the node data unchanged, expected `version`) → touched
+    read_stats,    // exists(<lock>/<name>) for each of `names`, no watch, pipelined → stats_read
+    watch_blocker, // getData(<lock>/<name>) with a watch: the deletion watch → blocker_checked, blocker_deleted
+    read_marker,   // getData(<lock>): the hand-off marker → marker_read
+    watch_own,     // getData(<lock>/<name>) with a watch: our own node → own_checked, own_deleted, own_changed
+    read_record,   // getData(/zklock/revocations/<name>) → record_read
+    remove,        // delete <lock>/<name>; with_marker: in one multi with setData(<lock>, name) → removed
+    remove_extra,  // delete <lock>/<name>: a duplicate of ours (same GUID), or the write barrier → removed
   };
   Kind kind;
   std::uint64_t tag = 0;
@@ -167,33 +170,61 @@ struct MachineCommand {
   std::vector<std::string> names;
   bool with_marker = false;
   std::int32_t version = -1;  // touch: the expected data version
-  std::int64_t czxid = 0;
+};
+
+// What the attempt reports to its lease or caller.
+struct MachineOutcome {
+  enum class Kind {
+    granted,      // token: the czxid of a fresh node, the mzxid of a re-take
+    failed,       // errc, message
+    lost,         // reason, message
+    released,     // the release finished: the node is gone, or retained idle (the lease is over)
+    retake_void,  // the re-take did not grant (message: why); queue anew. The node is being released.
+    notice,       // something worth a log line (message), reported to no lease
+  };
+  Kind kind;
+  std::int64_t token = 0;
   Errc errc = Errc::system_error;
   LossReason reason = LossReason::revoked;
   std::string message;
 };
 
+// One step's output. The shell sends `requests` in order, then reports
+// `outcomes` in order: a void re-take's remove leaves before the caller's
+// new create.
+struct MachineCommands {
+  std::vector<MachineRequest> requests;
+  std::vector<MachineOutcome> outcomes;
+};
+
+// Who an attempt acts for, as its node's data says: only the same holder
+// re-takes a retained node.
+struct Holder {
+  std::string owner;
+  int priority = 0;
+  std::string description;
+  LossPolicy policy = LossPolicy::tolerant;
+  bool operator==(const Holder&) const = default;
+};
+
+// What this client's previous exclusive acquisition of the lock found when
+// it ended (the shell remembers it per client and lock).
+enum class LockHistory { unknown, free, contended };
+
 struct MachineConfig {
   Mode mode = Mode::exclusive;
   std::string guid;             // 32 random hex digits; the first 24 mark our nodes' GUIDs
-  LossPolicy policy = LossPolicy::tolerant;
+  Holder holder;
   std::uint64_t epoch = 0;      // the session the attempt runs on
   std::string lock_path;        // for messages only
-  bool retain = false;          // exclusive only: a release may keep the node idle for a re-take
-  // Arm the children watch on listings while no other node has been seen.
-  // The shell sets it when the lock is expected to be free (the client's
-  // previous acquisition of it found it so): that watch then stands
-  // in for the exists watch on our node (invariant 6), and tells a retained
-  // node about a waiter (invariant 5). Unset for a lock expected to be
-  // contended: a waiter's watch would only bring a notification at the next
-  // change, to every waiter (a herd of notifications). Safety never depends
-  // on it (the simulator gives each machine either value).
-  bool watch_listings = false;
+  bool retain = false;          // a release may keep the node idle for a re-take; exclusive only (LockAttempt::start)
+  LockHistory history = LockHistory::unknown;
 };
 
 class LockMachine {
  public:
-  using Commands = std::vector<MachineCommand>;
+  using Commands = MachineCommands;
+  using Clock = std::chrono::steady_clock;
   // retained: released by the user, node kept idle; retaking: re-take in
   // flight; ending: a retained node being released for real (no lease).
   enum class Phase { idle, acquiring, held, releasing, retained, retaking, ending, failed, released };
@@ -205,30 +236,111 @@ class LockMachine {
   Commands step(const MachineEvent& ev);
 
   Phase phase() const { return phase_; }
-  // This attempt saw another node queued (the shell's memory for the
-  // client's next acquisition: MachineConfig::watch_listings).
+  // This attempt saw another node queued (the shell remembers it for the
+  // client's next acquisition: MachineConfig::history).
   bool others_seen() const { return others_seen_; }
   // Granted, not lost, not released, and our node is not known to be gone.
-  bool holding() const { return phase_ == Phase::held && !loss_ && node_ == NodeState::exists; }
-  bool suspended() const { return suspended_; }
+  bool holding() const { return phase_ == Phase::held && !loss_ && own_.state == NodeState::exists; }
+  // The lease's valid(): holding, and the session's validity bound (for
+  // this attempt's session; min() for another) is still ahead of `now`.
+  bool holding(Clock::time_point now, Clock::time_point valid_until) const { return holding() && now < valid_until; }
+  bool suspended() const { return link_ == Link::down; }
   std::optional<LossReason> loss() const { return loss_; }
-  const std::string& node_name() const { return name_; }
-  std::int64_t czxid() const { return czxid_; }
+  const std::string& node_name() const { return own_.name; }
+  std::int64_t czxid() const { return own_.czxid; }
   const MachineConfig& config() const { return cfg_; }
+  // Retained idle, and `who` is the holder the node's data names: a re-take
+  // may begin (step(retake)).
+  bool may_retake(const Holder& who) const { return phase_ == Phase::retained && who == cfg_.holder; }
   // Nothing left to do: an outcome was reported and no node of ours can
   // remain (deleted, gone with the session, or never created).
   bool finished() const;
 
  private:
   enum class NodeState { none, creating, unknown, exists, deleting, gone };
-  using Entry = QueueEntry;
   enum class StatsFor { order, candidates };
+  using Entry = QueueEntry;
+
+  // The session as this attempt sees it: down is disconnected (suspended),
+  // over is expired.
+  enum class Link { up, down, over };
+
+  // Work a disconnect interrupted, replayed once the same session is back,
+  // in this order (replay): our node's watch, the revocation record, our
+  // node's remove (plain, or with the marker), the duplicates' removes (owed
+  // while `extras` is not empty), the sweep, the listing.
+  enum class Duty : std::uint8_t { watch_own, read_record, remove, remove_marked, extras, sweep, relist };
+  struct Obligations {
+    std::uint8_t bits = 0;
+    std::vector<std::string> extras;                  // duplicates of ours still to delete (every one resent)
+    std::map<std::uint64_t, std::string> extra_tags;  // their removes in flight
+    bool has(Duty d) const { return d == Duty::extras ? !extras.empty() : (bits & bit(d)) != 0; }
+    void add(Duty d) { bits |= bit(d); }
+    void drop(Duty d) { bits &= static_cast<std::uint8_t>(~bit(d)); }
+    static std::uint8_t bit(Duty d) { return static_cast<std::uint8_t>(1u << static_cast<unsigned>(d)); }
+  };
+
+  // Our own node: the one we hold or wait with.
+  struct OwnNode {
+    NodeState state = NodeState::none;
+    std::string name;
+    std::int64_t czxid = 0;
+    std::int32_t version = 0;     // its data version (a re-take's setData expects it)
+    std::uint64_t watch_tag = 0;  // the latest watch_own (0: none, or it fired)
+    // No watch of its own: the children watch stands in for it (invariant 6).
+    bool covered = false;
+    Duty removal = Duty::remove;  // the remove in flight: remove, or remove_marked
+  };
+
+  // The current round: one listing and the reads that rest on it. abandon()
+  // makes every answer to it stale (a fresh listing, a failure, our node
+  // gone); the listing itself is kept until the next one replaces it.
+  struct Round {
+    std::uint64_t list_tag = 0, stats_tag = 0, blocker_tag = 0, marker_tag = 0, parents_tag = 0;
+    // The listing, in creation order once ordered: the shared listing itself
+    // when its suffixes suffice, else our copy with the czxids read.
+    std::shared_ptr<const Listing> listing;
+    std::shared_ptr<std::vector<Entry>> copy;
+    bool settled = false;         // it ran after a write barrier that ran after every lost create
+    std::int64_t adopt_czxid = 0; // exact listings: the czxid read for the node we adopt
+    std::size_t self = 0;         // our index in queue()
+    std::size_t blocker = 0;      // the watched node's index (or the one just gone)
+    StatsFor stats_for = StatsFor::order;
+    std::vector<std::string> stats_names;
+    const std::vector<Entry>& queue() const { return copy ? *copy : listing->nodes; }
+    void abandon() { list_tag = stats_tag = blocker_tag = marker_tag = parents_tag = 0; }
+  };
+
+  // The children watch of our latest watched listing (invariants 5 and 6).
+  struct ChildrenWatch {
+    // none: no watch (never set, fired, or not known to be set); sent: its
+    // listing not answered yet; quiet: armed, and the listing that set it
+    // and every later one showed no other node; busy: armed, another node seen.
+    enum class State { none, sent, quiet, busy };
+    State state = State::none;
+    std::uint64_t tag = 0;  // the listing that set it
+    bool armed() const { return state == State::quiet || state == State::busy; }
+  };
+  using Watch = ChildrenWatch::State;
+
+  // A create's answer was lost: a node of ours may exist that no answer
+  // named. open: not settled; barrier_ran: a write barrier sent after every
+  // lost create ran, so the next listing settles it (shows each such node).
+  enum class Doubt { none, open, barrier_ran };
+
+  // A re-take in flight (phase retaking only).
+  struct Retake {
+    std::uint64_t touch_tag = 0;
+    Rc touch_rc = Rc::connection_loss;  // until answered
+    std::int64_t mzxid = 0;             // the setData's: the re-take's token
+  };
 
   void send_create(Commands& out);
   void relist(Commands& out);     // a fresh listing; older answers become stale
   void transient(Commands& out);  // a step's outcome is unknown: list again (now, or on reconnect)
   void on_created(const MachineEvent& ev, Commands& out);
   void on_listed(const MachineEvent& ev, std::shared_ptr<const Listing> listing, Commands& out);
+  void note_listing(const MachineEvent& ev, const Listing& listing);
   void on_order_stats(const MachineEvent& ev, Commands& out);
   void evaluate(Commands& out);
   void on_blocker_gone(Commands& out);
@@ -240,13 +352,16 @@ class LockMachine {
   void watch_own(Commands& out);
   void cover_own(Commands& out);  // invariant (6): watch our node unless a children watch covers it
   void on_own_gone(Commands& out);
+  void read_record(Commands& out);
   void on_record(const MachineEvent& ev, Commands& out);
   void on_session(const MachineEvent& ev, Commands& out);
+  void replay(Commands& out);     // the obligations, once the same session is back
+  void on_expired(Commands& out);
   void on_removed(const MachineEvent& ev, Commands& out);
-  void grant(Commands& out);
+  void grant(std::int64_t token, Commands& out);
   void fail(Errc errc, std::string message, Commands& out);
   void lose(LossReason reason, std::string message, Commands& out);
-  void remove_own(bool with_marker, Commands& out);
+  void remove_own(Duty kind, Commands& out);
   void remove_extra(const std::string& name, Commands& out);
   void resend_extra(const std::string& name, Commands& out);
   void sweep(Commands& out);  // list, and delete every other node with our GUID
@@ -258,63 +373,33 @@ class LockMachine {
   void on_retake_listed(const MachineEvent& ev, const Listing& listing, Commands& out);
   void end_retention(Commands& out);  // the real release of a retained node
   void release_done(Commands& out);   // our node is gone: releasing/ending -> released
-  bool retaining() const { return cfg_.retain && cfg_.mode == Mode::exclusive; }
-  bool nobody_queued() const;
-  void void_retake(std::string why, Commands& out);
+  bool nobody_queued() const { return children_.state == Watch::quiet; }
+  void void_retake(Rc touch_rc, std::string why, Commands& out);
   bool acquiring() const { return phase_ == Phase::acquiring; }
   std::string guid_for(std::uint32_t n) const;  // the GUID of our n-th create
   bool ours(std::string_view guid) const;       // a GUID of one of our creates
   std::uint64_t next_tag() { return ++tag_; }
-  static MachineCommand request(MachineCommand::Kind kind, std::uint64_t tag, std::string name = {});
+  static void send(Commands& out, MachineRequest::Kind kind, std::uint64_t tag, std::string name = {});
+  static void report(Commands& out, MachineOutcome outcome) { out.outcomes.push_back(std::move(outcome)); }
+  static void notice(Commands& out, std::string message);
 
   MachineConfig cfg_;
+  bool watch_listings_ = false;  // from cfg_.history (the constructor says why)
   Phase phase_ = Phase::idle;
-  NodeState node_ = NodeState::none;
-  bool connected_ = true;
-  bool suspended_ = false;
-  bool resync_pending_ = false;   // a step's outcome was lost: list again once connected
-  bool revoked_ = false;          // our node was deleted by someone else
-  bool own_watch_pending_ = false;  // the watch on our node could not be set: again on reconnect
-  bool remove_pending_ = false;   // a remove lost to a disconnect: resent on reconnect
-  bool pending_marker_ = false;   //   ... with the marker?
-  bool record_pending_ = false;   // the revocation record must be (re)read
-  bool sweep_pending_ = false;    // a create of unknown outcome must be found and deleted
-  bool ever_uncertain_ = false;   // a create answer was lost, and no listing since has settled it
-  bool listing_settled_ = false;  // listing_ ran after a write barrier that ran after every lost create
+  Link link_ = Link::up;
+  OwnNode own_;
+  Round round_;
+  ChildrenWatch children_;
+  Obligations duties_;
+  Doubt doubt_ = Doubt::none;
+  std::uint64_t barrier_tag_ = 0;  // the write barrier in flight
+  std::optional<Retake> retake_;
+  std::optional<LossReason> loss_;
+  bool others_seen_ = false;       // a listing showed another node, or the children watch fired
   int parent_attempts_ = 0;
   std::uint32_t creates_ = 0;
-  // The children watch (invariants 5 and 6) and retained leases.
-  std::uint64_t children_tag_ = 0;  // the latest list_watch; its watch is the one that counts (0: none armed)
-  bool children_armed_ = false;     // children_tag_'s listing was answered: the server holds its watch
-  bool waiter_known_ = true;        // that listing showed another node, or its watch fired (or none yet)
-  bool own_watch_off_ = false;      // no exists watch on our node: the children watch covers it (6)
-  bool others_seen_ = false;        // a listing showed another node, or the children watch fired
-  std::uint64_t touch_tag_ = 0;
-  Rc touch_rc_ = Rc::ok;
-  std::int32_t version_ = 0;        // our node's data version
-  std::int64_t retake_mzxid_ = 0;
-  std::optional<LossReason> loss_;
-  std::string name_;
-  std::int64_t czxid_ = 0;
-
   std::uint64_t tag_ = 0;
-  std::uint64_t create_tag_ = 0, list_tag_ = 0, stats_tag_ = 0, blocker_tag_ = 0, marker_tag_ = 0;
-  std::uint64_t own_tag_ = 0, record_tag_ = 0, remove_tag_ = 0, parents_tag_ = 0, barrier_tag_ = 0;
-  bool barrier_done_ = false;  // the write barrier (sweep, settle) ran, after every lost create
-  StatsFor stats_for_ = StatsFor::order;
-  std::vector<std::string> stats_names_;
-  std::vector<std::string> extras_;                  // duplicates of ours still to delete
-  std::map<std::uint64_t, std::string> extra_tags_;  // their removes in flight
-
-  // The last listing, in creation order once ordered: the shared listing
-  // itself when its suffixes suffice, else our copy with the czxids read;
-  // our index in it.
-  std::shared_ptr<const Listing> listing_;
-  std::shared_ptr<std::vector<Entry>> copy_;
-  std::int64_t adopt_czxid_ = 0;  // exact listings: the czxid read for the node we adopt
-  const std::vector<Entry>& queue() const { return copy_ ? *copy_ : listing_->nodes; }
-  std::size_t self_ = 0;
-  std::size_t blocker_ = 0;  // index into queue_ of the watched node (or the one just gone)
+  std::uint64_t create_tag_ = 0, record_tag_ = 0, remove_tag_ = 0;
 };
 
 }  // namespace zklock::detail

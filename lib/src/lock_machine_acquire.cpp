@@ -12,7 +12,7 @@
 namespace zklock::detail {
 namespace {
 
-using Cmd = MachineCommand::Kind;
+using Req = MachineRequest::Kind;
 
 model::OrderKey key_of(const LockNodeName& n, std::int64_t czxid) { return {n.sequence, czxid, n.name}; }
 
@@ -34,42 +34,41 @@ std::shared_ptr<const Listing> parse_listing(const std::vector<std::string>& chi
 void LockMachine::on_created(const MachineEvent& ev, Commands& out) {
   switch (ev.rc) {
     case Rc::ok:
-      node_ = NodeState::exists;
-      name_ = ev.name;
-      czxid_ = ev.czxid;
+      own_.state = NodeState::exists;
+      own_.name = ev.name;
+      own_.czxid = ev.czxid;
       if (phase_ == Phase::failed) {  // abandoned while the create was in flight
-        remove_own(false, out);
+        remove_own(Duty::remove, out);
         return;
       }
-      if (children_tag_ != 0 && children_tag_ == list_tag_) {
+      if (children_.tag != 0 && children_.tag == round_.list_tag) {
         // The watched listing behind the create (session order: it shows
         // our node) covers it until it fires (invariant 6).
-        own_watch_off_ = true;
+        own_.covered = true;
       } else {
         watch_own(out);
       }
       return;  // the listing behind the create evaluates
     case Rc::no_node:  // the lock path is missing (or an emptied container was reaped)
-      node_ = NodeState::none;
+      own_.state = NodeState::none;
       if (!acquiring()) return;
-      list_tag_ = 0;  // the listing behind this create is void
+      round_.list_tag = 0;  // the listing behind this create is void
       if (++parent_attempts_ > 20) {
         fail(Errc::no_node, "cannot create lock path " + cfg_.lock_path + " (it keeps disappearing)", out);
         return;
       }
-      parents_tag_ = next_tag();
-      out.push_back(request(Cmd::make_parents, parents_tag_));
+      round_.parents_tag = next_tag();
+      send(out, Req::make_parents, round_.parents_tag);
       return;
     case Rc::connection_loss:
       // The create may have run. A listing finds it by GUID.
-      node_ = NodeState::unknown;
-      ever_uncertain_ = true;
-      barrier_done_ = false;  // a barrier that ran before this create proves nothing about it
+      own_.state = NodeState::unknown;
+      doubt_ = Doubt::open;  // a barrier that ran before this create proves nothing about it
       if (acquiring()) transient(out);
       else sweep(out);
       return;
     default:
-      node_ = NodeState::none;
+      own_.state = NodeState::none;
       if (acquiring()) fail(ev.errc, "creating a lock node under " + cfg_.lock_path + ": " + ev.detail, out);
       return;
   }
@@ -88,16 +87,16 @@ void LockMachine::on_listed(const MachineEvent& ev, std::shared_ptr<const Listin
     fail(ev.errc, "listing " + cfg_.lock_path + ": " + ev.detail, out);
     return;
   }
-  listing_ = std::move(listing);
-  listing_settled_ = barrier_done_;  // its answer follows the barrier's on one connection
-  copy_.reset();
-  const auto mine = listing_->by_attempt.find(cfg_.guid.substr(0, 24));
-  if (mine == listing_->by_attempt.end()) {
+  round_.listing = std::move(listing);
+  round_.settled = doubt_ == Doubt::barrier_ran;  // its answer follows the barrier's on one connection
+  round_.copy.reset();
+  const auto mine = round_.listing->by_attempt.find(cfg_.guid.substr(0, 24));
+  if (mine == round_.listing->by_attempt.end()) {
     // This listing ran after our create (and after every earlier attempt of it).
-    if (listing_settled_) ever_uncertain_ = false;  // no lost create of ours ran, and none will
-    if (node_ == NodeState::exists) {
+    if (round_.settled) doubt_ = Doubt::none;  // no lost create of ours ran, and none will
+    if (own_.state == NodeState::exists) {
       on_own_gone(out);  // deleted by someone: expired or revoked
-    } else if (node_ == NodeState::creating) {
+    } else if (own_.state == NodeState::creating) {
       // The create failed; its answer (before this one) already said how.
     } else {
       send_create(out);  // the lost create never ran: create again
@@ -105,18 +104,18 @@ void LockMachine::on_listed(const MachineEvent& ev, std::shared_ptr<const Listin
     return;
   }
   std::vector<std::string> needed;
-  if (listing_->exact) {
+  if (round_.listing->exact) {
     // Suffixes give the order: shared as it is. Only a node of ours found
     // by the listing (a create whose answer was lost) needs its czxid: the token.
-    const auto& first = listing_->nodes[mine->second.front()].node;
-    if (node_ != NodeState::exists || first.name != name_) needed.push_back(first.name);
+    const auto& first = round_.listing->nodes[mine->second.front()].node;
+    if (own_.state != NodeState::exists || first.name != own_.name) needed.push_back(first.name);
   } else {
     // The czxid of every node orders this queue: read each one we do not
     // know (only our own node's is known; czxids are not remembered from
     // earlier listings, so an order never rests on a stale read).
-    copy_ = std::make_shared<std::vector<Entry>>(listing_->nodes);
-    for (auto& e : *copy_) {
-      if (node_ == NodeState::exists && e.node.name == name_) e.czxid = czxid_;
+    round_.copy = std::make_shared<std::vector<Entry>>(round_.listing->nodes);
+    for (auto& e : *round_.copy) {
+      if (own_.state == NodeState::exists && e.node.name == own_.name) e.czxid = own_.czxid;
       if (e.czxid == 0) needed.push_back(e.node.name);
     }
   }
@@ -130,7 +129,7 @@ void LockMachine::on_listed(const MachineEvent& ev, std::shared_ptr<const Listin
 // Only ZNONODE means gone. Any other failure resyncs or fails, never grants.
 // REQUIRES one stat per name read (step() checks).
 void LockMachine::on_order_stats(const MachineEvent& ev, Commands& out) {
-  for (std::size_t i = 0; i < stats_names_.size(); ++i) {
+  for (std::size_t i = 0; i < round_.stats_names.size(); ++i) {
     const auto& st = ev.stats[i];
     switch (st.rc) {
       case Rc::ok:
@@ -139,69 +138,69 @@ void LockMachine::on_order_stats(const MachineEvent& ev, Commands& out) {
       case Rc::session_expired: session_over(out); return;
       default: fail(Errc::system_error, "reading the order of " + cfg_.lock_path, out); return;
     }
-    if (!copy_) {  // an exact listing: the one node of ours it found
+    if (!round_.copy) {  // an exact listing: the one node of ours it found
       if (st.rc == Rc::no_node) {
         relist(out);  // gone since the listing: look again
         return;
       }
-      adopt_czxid_ = st.czxid;
+      round_.adopt_czxid = st.czxid;
       continue;
     }
-    auto it = std::find_if(copy_->begin(), copy_->end(), [&](const Entry& e) { return e.node.name == stats_names_[i]; });
-    if (it == copy_->end()) continue;
+    auto it = std::find_if(round_.copy->begin(), round_.copy->end(), [&](const Entry& e) { return e.node.name == round_.stats_names[i]; });
+    if (it == round_.copy->end()) continue;
     if (st.rc == Rc::ok) it->czxid = st.czxid;
-    else copy_->erase(it);
+    else round_.copy->erase(it);
   }
   evaluate(out);
 }
 
-// REQUIRES: queue() holds a listing issued after our create, in exact
+// REQUIRES: round_.queue() holds a listing issued after our create, in exact
 // creation order. Invariant (4).
 void LockMachine::evaluate(Commands& out) {
   // Our earliest node is the one that queues; later ones (a lost create
   // that ran after all) are deleted.
   std::optional<std::size_t> mine;
   std::int64_t czxid = 0;
-  if (copy_) {
-    model::sort_by_creation(*copy_, [](const Entry& e) { return key_of(e.node, e.czxid); });
-    for (std::size_t i = 0; i < copy_->size();) {
-      if (!ours((*copy_)[i].node.guid)) {
+  if (round_.copy) {
+    model::sort_by_creation(*round_.copy, [](const Entry& e) { return key_of(e.node, e.czxid); });
+    for (std::size_t i = 0; i < round_.copy->size();) {
+      if (!ours((*round_.copy)[i].node.guid)) {
         ++i;
       } else if (!mine) {
         mine = i++;
       } else {
-        remove_extra((*copy_)[i].node.name, out);
-        copy_->erase(copy_->begin() + static_cast<std::ptrdiff_t>(i));
+        remove_extra((*round_.copy)[i].node.name, out);
+        round_.copy->erase(round_.copy->begin() + static_cast<std::ptrdiff_t>(i));
       }
     }
-    if (mine) czxid = (*copy_)[*mine].czxid;
+    if (mine) czxid = (*round_.copy)[*mine].czxid;
   } else {
-    const auto& idx = listing_->by_attempt.at(cfg_.guid.substr(0, 24));
+    const auto& idx = round_.listing->by_attempt.at(cfg_.guid.substr(0, 24));
     mine = idx.front();  // later ones stay in the shared listing, behind us
-    for (std::size_t k = 1; k < idx.size(); ++k) remove_extra(listing_->nodes[idx[k]].node.name, out);
-    czxid = listing_->nodes[*mine].node.name == name_ && node_ == NodeState::exists ? czxid_ : adopt_czxid_;
+    for (std::size_t k = 1; k < idx.size(); ++k) remove_extra(round_.listing->nodes[idx[k]].node.name, out);
+    czxid = round_.listing->nodes[*mine].node.name == own_.name && own_.state == NodeState::exists ? own_.czxid : round_.adopt_czxid;
   }
   if (!mine) {  // every node of ours vanished between listing and stats
-    if (node_ == NodeState::exists) on_own_gone(out);
+    if (own_.state == NodeState::exists) on_own_gone(out);
     else send_create(out);
     return;
   }
   // Every lost create of ours had run before a settled listing did: it shows
   // each node of ours, and the extras are being deleted above. Nothing is
   // left to sweep when the attempt ends.
-  if (listing_settled_) ever_uncertain_ = false;
-  self_ = *mine;
-  const auto& me = queue()[self_].node;
-  if (me.name != name_ || node_ != NodeState::exists) {  // adopt it (a lost create's answer, or an earlier duplicate)
-    if (node_ == NodeState::exists && !name_.empty() && me.name != name_) remove_extra(name_, out);
-    name_ = me.name;
-    czxid_ = czxid;
-    node_ = NodeState::exists;
+  if (round_.settled) doubt_ = Doubt::none;
+  round_.self = *mine;
+  const auto& me = round_.queue()[round_.self].node;
+  if (me.name != own_.name || own_.state != NodeState::exists) {  // adopt it (a lost create's answer, or an earlier duplicate)
+    if (own_.state == NodeState::exists && !own_.name.empty() && me.name != own_.name) remove_extra(own_.name, out);
+    own_.name = me.name;
+    own_.czxid = czxid;
+    own_.state = NodeState::exists;
     watch_own(out);
   }
-  const auto blocker = model::nearest_blocker(queue(), self_, [](const Entry& e) { return e.node.mode; });
+  const auto blocker = model::nearest_blocker(round_.queue(), round_.self, [](const Entry& e) { return e.node.mode; });
   if (!blocker) {
-    grant(out);
+    grant(own_.czxid, out);
     return;
   }
   watch_blocker(*blocker, out);
@@ -213,17 +212,17 @@ void LockMachine::evaluate(Commands& out) {
 // listing that could block us, its deletion leaves nothing ahead that blocks
 // — released, abandoned or revoked alike — and no read is needed.
 void LockMachine::on_blocker_gone(Commands& out) {
-  const auto waiter = queue()[self_].node.mode;
+  const auto waiter = round_.queue()[round_.self].node.mode;
   bool only = true;
-  for (std::size_t j = 0; j < self_ && only; ++j) {
-    only = j == blocker_ || !model::blocks(waiter, queue()[j].node.mode);
+  for (std::size_t j = 0; j < round_.self && only; ++j) {
+    only = j == round_.blocker || !model::blocks(waiter, round_.queue()[j].node.mode);
   }
   if (only) {
-    grant(out);
+    grant(own_.czxid, out);
     return;
   }
-  marker_tag_ = next_tag();
-  out.push_back(request(Cmd::read_marker, marker_tag_));
+  round_.marker_tag = next_tag();
+  send(out, Req::read_marker, round_.marker_tag);
 }
 
 // A marker naming the blocker proves it was granted (invariant 3): when it
@@ -235,23 +234,23 @@ void LockMachine::on_marker(const MachineEvent& ev, Commands& out) {
     transient(out);
     return;
   }
-  const auto& blocker = queue()[blocker_].node;
+  const auto& blocker = round_.queue()[round_.blocker].node;
   if (ev.rc != Rc::ok || ev.data != blocker.name) {
     relist(out);
     return;
   }
   if (blocker.mode == Mode::exclusive) {
-    grant(out);
+    grant(own_.czxid, out);
     return;
   }
   std::vector<std::string> names;
-  for (std::size_t j = 0; j < self_; ++j) {
-    if (j != blocker_ && model::blocks(queue()[self_].node.mode, queue()[j].node.mode)) {
-      names.push_back(queue()[j].node.name);
+  for (std::size_t j = 0; j < round_.self; ++j) {
+    if (j != round_.blocker && model::blocks(round_.queue()[round_.self].node.mode, round_.queue()[j].node.mode)) {
+      names.push_back(round_.queue()[j].node.name);
     }
   }
   if (names.empty()) {
-    grant(out);
+    grant(own_.czxid, out);
     return;
   }
   read_stats(StatsFor::candidates, std::move(names), out);
@@ -261,39 +260,40 @@ void LockMachine::on_marker(const MachineEvent& ev, Commands& out) {
 // REQUIRES one stat per name read (step() checks).
 void LockMachine::on_candidates(const MachineEvent& ev, Commands& out) {
   std::optional<std::size_t> nearest;
-  for (std::size_t i = 0; i < stats_names_.size(); ++i) {
+  for (std::size_t i = 0; i < round_.stats_names.size(); ++i) {
     const auto rc = ev.stats[i].rc;
     if (rc == Rc::connection_loss) {
       transient(out);
       return;
     }
     if (rc == Rc::no_node) continue;
-    for (std::size_t j = 0; j < self_; ++j) {
-      if (queue()[j].node.name == stats_names_[i] && (!nearest || j > *nearest)) nearest = j;
+    for (std::size_t j = 0; j < round_.self; ++j) {
+      if (round_.queue()[j].node.name == round_.stats_names[i] && (!nearest || j > *nearest)) nearest = j;
     }
   }
   if (!nearest) {
-    grant(out);
+    grant(own_.czxid, out);
     return;
   }
   watch_blocker(*nearest, out);
 }
 
-// One exists watch, on one node of queue(): no herd.
+// One deletion watch, on one node of the queue: no herd.
 void LockMachine::watch_blocker(std::size_t index, Commands& out) {
-  blocker_ = index;
-  blocker_tag_ = next_tag();
-  out.push_back(request(Cmd::watch_blocker, blocker_tag_, queue()[blocker_].node.name));
+  round_.blocker = index;
+  round_.blocker_tag = next_tag();
+  send(out, Req::watch_blocker, round_.blocker_tag, round_.queue()[index].node.name);
 }
 
 // Pipelined exists (no watch) on `names`; the answer goes to `purpose`.
 void LockMachine::read_stats(StatsFor purpose, std::vector<std::string> names, Commands& out) {
-  stats_for_ = purpose;
-  stats_names_ = std::move(names);
-  stats_tag_ = next_tag();
-  MachineCommand c = request(Cmd::read_stats, stats_tag_);
-  c.names = stats_names_;
-  out.push_back(std::move(c));
+  round_.stats_for = purpose;
+  round_.stats_names = std::move(names);
+  round_.stats_tag = next_tag();
+  MachineRequest c{Req::read_stats};
+  c.tag = round_.stats_tag;
+  c.names = round_.stats_names;
+  out.requests.push_back(std::move(c));
 }
 
 }  // namespace zklock::detail

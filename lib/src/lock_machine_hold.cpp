@@ -14,53 +14,55 @@ namespace zklock::detail {
 namespace {
 
 using Kind = MachineEvent::Kind;
-using Cmd = MachineCommand::Kind;
+using Req = MachineRequest::Kind;
+using Out = MachineOutcome::Kind;
 
 }  // namespace
 
 void LockMachine::on_release(Commands& out) {
   if (phase_ != Phase::held) return;
   // Our node went away while held and the record is not read yet: the
-  // holder still learns that its lease was lost before the release.
-  if (revoked_) lose(LossReason::revoked, "node deleted by another client (released before its record was read)", out);
-  const bool keep = retaining() && !waiter_known_ && children_tag_ != 0 && !loss_ && !revoked_ &&
-                    node_ == NodeState::exists && connected_ && !ever_uncertain_ && extras_.empty();
+  // holder still learns that its lease was lost before the release. (Held,
+  // a node gone that we did not delete is a revocation: an expiry is a loss
+  // already.)
+  const bool revoked = own_.state == NodeState::gone;
+  if (revoked) lose(LossReason::revoked, "node deleted by another client (released before its record was read)", out);
+  const bool keep = cfg_.retain && nobody_queued() && !loss_ && own_.state == NodeState::exists &&
+                    link_ == Link::up && doubt_ == Doubt::none && duties_.extras.empty();
   if (keep) {
     // Invariant (5): nobody is known to wait, and the children watch will
     // say when someone queues. The node stays, idle; no request is sent.
     phase_ = Phase::retained;
-    out.push_back(MachineCommand{Cmd::released});
+    report(out, MachineOutcome{Out::released});
     return;
   }
   phase_ = Phase::releasing;
-  if (ever_uncertain_) sweep(out);  // a lost create may have left a second node of ours
+  if (doubt_ != Doubt::none) sweep(out);  // a lost create may have left a second node of ours
   // Invariant (3): the marker only for a granted node we still own, and
   // only if someone may be woken by its deletion.
-  remove_own(!revoked_ && !nobody_queued(), out);
+  remove_own(!revoked && !nobody_queued() ? Duty::remove_marked : Duty::remove, out);
 }
 
-// Nobody queued behind us since a listing that showed us alone: that
-// listing set the children watch, which is armed and has not fired. The
-// marker only saves a waiter woken by our deletion a listing; a node created
-// after our delete lists without us, so the release deletes alone (a plain
-// delete, not a multi that also rewrites the lock path). If a waiter did
-// queue and its notification is still on the way, it finds the marker not
-// naming us and lists again: one read more, never a wrong grant.
-bool LockMachine::nobody_queued() const { return children_tag_ != 0 && children_armed_ && !waiter_known_; }
+// nobody_queued(): nobody queued behind us since a listing that showed us
+// alone; that listing set the children watch, which is armed and has not
+// fired. The marker only saves a waiter woken by our deletion a listing; a
+// node created after our delete lists without us, so the release deletes
+// alone (a plain delete, not a multi that also rewrites the lock path). If
+// a waiter did queue and its notification is still on the way, it finds the
+// marker not naming us and lists again: one read more, never a wrong grant.
 
 // The children of the lock changed since our latest watched listing: a
 // waiter queued (or a node went, ours perhaps).
 void LockMachine::on_children_changed(const MachineEvent& ev, Commands& out) {
-  if (ev.tag == 0 || ev.tag != children_tag_) return;  // an older watch: a later listing covers it
-  children_tag_ = 0;
-  children_armed_ = false;
-  waiter_known_ = others_seen_ = true;
+  if (ev.tag == 0 || ev.tag != children_.tag) return;  // an older watch: a later listing covers it
+  children_ = {};
+  others_seen_ = true;
   if (phase_ == Phase::retained) {
     end_retention(out);  // hand the lock on at once
     return;
   }
-  // Held or waiting with no exists watch on our node: is it still there (6)?
-  // Otherwise acquiring: the listings decide; retaking: the re-take's listing.
+  // Held or waiting with no watch of its own on our node: is it still there
+  // (6)? Otherwise acquiring: the listings decide; retaking: the re-take's listing.
   cover_own(out);
 }
 
@@ -74,116 +76,114 @@ void LockMachine::on_children_changed(const MachineEvent& ev, Commands& out) {
 // has not fired, so no child changed since it was set; it still tells us of
 // the next waiter. The server keeps one watch per path and session anyway,
 // but the client keeps a callback per watching call until the watch fires:
-// re-arming on every re-take grew that list without bound on a lock re-taken
-// for hours with nobody else queueing (and fired all of it at the first
-// waiter). If the armed watch fires before this listing is answered, the
-// notification comes first (one connection, in order) and clears it: the
+// re-arming on every re-take would grow that list without bound on a lock
+// re-taken for hours with nobody else queueing (and fire all of it at the
+// first waiter). If the armed watch fires before this listing is answered,
+// the notification comes first (one connection, in order) and clears it: the
 // re-take may still grant, but the release then does not retain.
 void LockMachine::on_retake(Commands& out) {
   if (phase_ != Phase::retained) return;
   phase_ = Phase::retaking;
-  touch_rc_ = Rc::connection_loss;  // until answered
-  touch_tag_ = next_tag();
-  MachineCommand t = request(Cmd::touch, touch_tag_, name_);
-  t.version = version_;
-  out.push_back(std::move(t));
-  list_tag_ = next_tag();
-  if (children_tag_ != 0 && children_armed_) {
-    out.push_back(request(Cmd::list, list_tag_));
+  retake_.emplace();
+  retake_->touch_tag = next_tag();
+  MachineRequest t{Req::touch};
+  t.tag = retake_->touch_tag;
+  t.name = own_.name;
+  t.version = own_.version;
+  out.requests.push_back(std::move(t));
+  round_.list_tag = next_tag();
+  if (children_.armed()) {
+    send(out, Req::list, round_.list_tag);
     return;
   }
-  children_tag_ = list_tag_;
-  children_armed_ = false;
-  out.push_back(request(Cmd::list_watch, list_tag_));
+  children_ = {Watch::sent, round_.list_tag};
+  send(out, Req::list_watch, round_.list_tag);
 }
 
 void LockMachine::on_retake_listed(const MachineEvent& ev, const Listing& listing, Commands& out) {
-  if (touch_tag_ != 0) {  // the setData unanswered before its listing (cannot happen in session order)
-    touch_tag_ = 0;
-    touch_rc_ = Rc::connection_loss;
-  }
+  // (A setData unanswered before its listing cannot happen in session
+  // order: its outcome counts as unknown.)
+  const Retake r = *std::exchange(retake_, std::nullopt);
+  const Rc touch_rc = r.touch_tag != 0 ? Rc::connection_loss : r.touch_rc;
   if (ev.rc != Rc::ok) {
-    children_tag_ = 0;  // a watch this listing would have set is not known to be set
-    children_armed_ = false;
-  } else if (ev.tag == children_tag_) {
-    children_armed_ = true;
+    children_ = {};  // a watch this listing would have set is not known to be set
+  } else if (ev.tag == children_.tag) {
+    children_.state = Watch::busy;  // armed; quiet only if the re-take grants
   }
   bool alone = ev.rc == Rc::ok, listed_self = false;
   for (const auto& e : listing.nodes) {  // foreign children are not part of the queue
-    if (e.node.name == name_) listed_self = true;
+    if (e.node.name == own_.name) listed_self = true;
     else alone = false;
   }
-  if (touch_rc_ == Rc::ok && alone && listed_self) {
-    waiter_known_ = false;
-    phase_ = Phase::held;
-    MachineCommand c{Cmd::granted};
-    c.czxid = retake_mzxid_;  // invariant (5): the setData's zxid is the token
-    out.push_back(std::move(c));
+  if (touch_rc == Rc::ok && alone && listed_self) {
+    if (children_.armed()) children_.state = Watch::quiet;
+    grant(r.mzxid, out);  // invariant (5): the setData's zxid is the token
     return;
   }
-  waiter_known_ = true;
-  void_retake(touch_rc_ == Rc::no_node ? "our retained node is gone (session expired or revoked)"
-              : touch_rc_ != Rc::ok    ? "the re-take's setData failed or its outcome is unknown"
-              : !alone                 ? "another node is queued: queueing behind it"
-                                       : "our node is not listed",
+  if (children_.armed()) children_.state = Watch::busy;
+  void_retake(touch_rc, touch_rc == Rc::no_node ? "our retained node is gone (session expired or revoked)"
+                        : touch_rc != Rc::ok    ? "the re-take's setData failed or its outcome is unknown"
+                        : !alone                ? "another node is queued: queueing behind it"
+                                                : "our node is not listed",
               out);
 }
 
 // The re-take does not grant: release for real (the remove goes out before
 // the caller's new create, so a waiter found by the listing goes first).
-void LockMachine::void_retake(std::string why, Commands& out) {
-  if (touch_rc_ == Rc::no_node && node_ == NodeState::exists) {
-    node_ = NodeState::gone;
-    own_tag_ = 0;
-    MachineCommand n{Cmd::notice};
-    n.message = "retained node " + name_ + " of " + cfg_.lock_path + " was deleted while idle";
-    out.push_back(std::move(n));
+void LockMachine::void_retake(Rc touch_rc, std::string why, Commands& out) {
+  if (touch_rc == Rc::no_node && own_.state == NodeState::exists) {
+    own_.state = NodeState::gone;
+    own_.watch_tag = 0;
+    notice(out, "retained node " + own_.name + " of " + cfg_.lock_path + " was deleted while idle");
   }
   phase_ = Phase::ending;
-  remove_own(true, out);
-  MachineCommand c{Cmd::retake_void};
+  remove_own(Duty::remove_marked, out);
+  MachineOutcome c{Out::retake_void};
   c.message = std::move(why);
-  out.push_back(std::move(c));
+  report(out, std::move(c));
 }
 
 void LockMachine::end_retention(Commands& out) {
   phase_ = Phase::ending;
-  remove_own(!nobody_queued(), out);  // a granted node: the marker if someone may wait (invariant 3)
+  // A granted node: the marker if someone may wait (invariant 3).
+  remove_own(nobody_queued() ? Duty::remove : Duty::remove_marked, out);
 }
 
 void LockMachine::watch_own(Commands& out) {
-  own_watch_pending_ = false;
-  own_watch_off_ = false;
-  own_tag_ = next_tag();
-  out.push_back(request(Cmd::watch_own, own_tag_, name_));
+  duties_.drop(Duty::watch_own);
+  own_.covered = false;
+  own_.watch_tag = next_tag();
+  send(out, Req::watch_own, own_.watch_tag, own_.name);
 }
 
 // Our node was deleted and we did not delete it: a revocation (its record was
 // written in the same transaction) or the session's end.
 void LockMachine::on_own_gone(Commands& out) {
-  if (node_ != NodeState::exists) return;
-  node_ = NodeState::gone;
-  revoked_ = true;
-  own_tag_ = 0;
+  if (own_.state != NodeState::exists) return;
+  own_.state = NodeState::gone;
+  own_.watch_tag = 0;
   if (phase_ == Phase::retained) {  // revoked while idle: no lease to tell
     phase_ = Phase::released;
-    MachineCommand n{Cmd::notice};
-    n.message = "retained node " + name_ + " of " + cfg_.lock_path + " was deleted while idle (revoked?)";
-    out.push_back(std::move(n));
+    notice(out, "retained node " + own_.name + " of " + cfg_.lock_path + " was deleted while idle (revoked?)");
     return;
   }
   if (phase_ != Phase::acquiring && phase_ != Phase::held) return;
-  list_tag_ = stats_tag_ = blocker_tag_ = marker_tag_ = 0;
-  resync_pending_ = false;
+  round_.abandon();
+  duties_.drop(Duty::relist);
+  read_record(out);
+}
+
+void LockMachine::read_record(Commands& out) {
+  duties_.drop(Duty::read_record);
   record_tag_ = next_tag();
-  out.push_back(request(Cmd::read_record, record_tag_, name_));
+  send(out, Req::read_record, record_tag_, own_.name);
 }
 
 void LockMachine::on_record(const MachineEvent& ev, Commands& out) {
   if (ev.rc == Rc::connection_loss) {
     // Typically the server expired the session: the session event decides,
     // or the record is read again once the same session is back.
-    record_pending_ = true;
+    duties_.add(Duty::read_record);
     return;
   }
   std::string detail = "node deleted by another client (no revocation record)";
@@ -204,10 +204,9 @@ void LockMachine::on_session(const MachineEvent& ev, Commands& out) {
   if (ev.epoch != cfg_.epoch) return;
   switch (ev.kind) {
     case Kind::disconnected:
-      connected_ = false;
-      suspended_ = true;
+      link_ = Link::down;
       if (phase_ == Phase::retained) end_retention(out);  // no lease: give it up (sent once reconnected)
-      if (phase_ == Phase::held && cfg_.policy == LossPolicy::strict) {
+      if (phase_ == Phase::held && cfg_.holder.policy == LossPolicy::strict) {
         lose(LossReason::disconnected, "disconnected from ZooKeeper (strict policy)", out);
       }
       break;
@@ -216,55 +215,85 @@ void LockMachine::on_session(const MachineEvent& ev, Commands& out) {
         lose(LossReason::validity_expired, "the validity bound passed; the session may have expired", out);
         // Still connected (a pause, or answers the leader never ordered):
         // give the lock up now; a disconnected holder does on reconnect.
-        if (connected_ && node_ == NodeState::exists) remove_own(true, out);
+        if (link_ == Link::up && own_.state == NodeState::exists) remove_own(Duty::remove_marked, out);
       }
       break;
     case Kind::reconnected:
-      connected_ = true;
-      suspended_ = false;
-      if (own_watch_pending_ && node_ == NodeState::exists) watch_own(out);
-      if (record_pending_ && (acquiring() || phase_ == Phase::held)) {
-        record_pending_ = false;
-        record_tag_ = next_tag();
-        out.push_back(request(Cmd::read_record, record_tag_, name_));
-      }
-      if (phase_ == Phase::held && loss_ && node_ == NodeState::exists) {
-        remove_own(true, out);  // a lease we cannot prove any more: give the lock up (granted: marker)
-      } else if (remove_pending_) {
-        remove_own(pending_marker_, out);
-      }
-      for (const auto& name : extras_) resend_extra(name, out);
-      if (sweep_pending_) sweep(out);
-      if (acquiring() && resync_pending_) {
-        resync_pending_ = false;
-        relist(out);
-      }
+      link_ = Link::up;
+      replay(out);
       break;
-    case Kind::expired: {
-      connected_ = false;
-      // Ephemeral: every node of ours went with the session.
-      node_ = NodeState::gone;
-      ever_uncertain_ = false;  // a lost create of this session cannot apply now: nothing to sweep
-      remove_pending_ = sweep_pending_ = record_pending_ = false;
-      extras_.clear();
-      list_tag_ = remove_tag_ = 0;
-      if (phase_ == Phase::held) {
-        lose(LossReason::session_expired, "the ZooKeeper session expired", out);
-      } else if (acquiring()) {
-        fail(Errc::session_expired, "the ZooKeeper session expired while waiting for " + cfg_.lock_path, out);
-      } else if (phase_ == Phase::releasing) {
-        phase_ = Phase::released;
-        out.push_back(MachineCommand{Cmd::released});
-      } else if (phase_ == Phase::retaking) {
-        phase_ = Phase::released;
-        MachineCommand c{Cmd::retake_void};
-        c.message = "the ZooKeeper session expired";
-        out.push_back(std::move(c));
-      } else if (phase_ == Phase::retained || phase_ == Phase::ending) {
-        phase_ = Phase::released;  // the retention ends silently: no lease exists
-      }
+    case Kind::expired:
+      on_expired(out);
+      break;
+    default:
+      break;
+  }
+}
+
+// The same session is back: the obligations, in Duty's order.
+void LockMachine::replay(Commands& out) {
+  static constexpr Duty kOrder[] = {Duty::watch_own, Duty::read_record, Duty::remove, Duty::remove_marked,
+                                    Duty::extras,    Duty::sweep,       Duty::relist};
+  for (const Duty d : kOrder) {
+    if (!duties_.has(d)) continue;
+    switch (d) {
+      case Duty::watch_own:
+        if (own_.state == NodeState::exists) watch_own(out);
+        break;
+      case Duty::read_record:
+        if (acquiring() || phase_ == Phase::held) read_record(out);
+        break;
+      case Duty::remove:
+      case Duty::remove_marked:
+        remove_own(d, out);
+        break;
+      case Duty::extras:
+        for (const auto& name : duties_.extras) resend_extra(name, out);
+        break;
+      case Duty::sweep:
+        sweep(out);
+        break;
+      case Duty::relist:
+        if (acquiring()) {
+          duties_.drop(Duty::relist);
+          relist(out);
+        }
+        break;
+    }
+  }
+}
+
+// Ephemeral: every node of ours went with the session.
+void LockMachine::on_expired(Commands& out) {
+  link_ = Link::over;
+  own_.state = NodeState::gone;
+  doubt_ = Doubt::none;  // a lost create of this session cannot apply now: nothing to sweep
+  duties_ = {};
+  round_.list_tag = 0;
+  remove_tag_ = 0;
+  switch (phase_) {
+    case Phase::held:
+      lose(LossReason::session_expired, "the ZooKeeper session expired", out);
+      break;
+    case Phase::acquiring:
+      fail(Errc::session_expired, "the ZooKeeper session expired while waiting for " + cfg_.lock_path, out);
+      break;
+    case Phase::releasing:
+      phase_ = Phase::released;
+      report(out, MachineOutcome{Out::released});
+      break;
+    case Phase::retaking: {
+      phase_ = Phase::released;
+      retake_.reset();
+      MachineOutcome c{Out::retake_void};
+      c.message = "the ZooKeeper session expired";
+      report(out, std::move(c));
       break;
     }
+    case Phase::retained:
+    case Phase::ending:
+      phase_ = Phase::released;  // the retention ends silently: no lease exists
+      break;
     default:
       break;
   }
@@ -273,74 +302,80 @@ void LockMachine::on_session(const MachineEvent& ev, Commands& out) {
 void LockMachine::lose(LossReason reason, std::string message, Commands& out) {
   if (loss_ || phase_ != Phase::held) return;  // invariant (2)
   loss_ = reason;
-  MachineCommand c{Cmd::lost};
+  // Disconnected: a lease we cannot prove any more; once the same session is
+  // back, the lock is given up (granted: with the marker).
+  if (link_ != Link::up && own_.state == NodeState::exists) duties_.add(Duty::remove_marked);
+  MachineOutcome c{Out::lost};
   c.reason = reason;
   c.message = std::move(message);
-  out.push_back(std::move(c));
+  report(out, std::move(c));
 }
 
-void LockMachine::remove_own(bool with_marker, Commands& out) {
-  remove_pending_ = false;
-  if (node_ != NodeState::exists) {
-    if (node_ != NodeState::deleting) release_done(out);
+// `kind`: Duty::remove, or Duty::remove_marked for the marker (invariant 3).
+void LockMachine::remove_own(Duty kind, Commands& out) {
+  duties_.drop(Duty::remove);
+  duties_.drop(Duty::remove_marked);
+  if (own_.state != NodeState::exists) {
+    if (own_.state != NodeState::deleting) release_done(out);
     return;
   }
-  node_ = NodeState::deleting;
-  pending_marker_ = with_marker;
+  own_.state = NodeState::deleting;
+  own_.removal = kind;
   remove_tag_ = next_tag();
-  MachineCommand c = request(Cmd::remove, remove_tag_, name_);
-  c.with_marker = with_marker;
-  out.push_back(std::move(c));
+  send(out, Req::remove, remove_tag_, own_.name);
+  out.requests.back().with_marker = kind == Duty::remove_marked;
 }
 
 void LockMachine::on_removed(const MachineEvent& ev, Commands& out) {
   if (ev.tag != 0 && ev.tag == barrier_tag_) {
     barrier_tag_ = 0;
-    barrier_done_ = ev.rc != Rc::connection_loss;  // the write ran (as a delete of nothing)
+    // The write ran (as a delete of nothing): every lost create of ours ran before it.
+    if (doubt_ != Doubt::none) doubt_ = ev.rc != Rc::connection_loss ? Doubt::barrier_ran : Doubt::open;
     return;
   }
-  if (auto it = extra_tags_.find(ev.tag); it != extra_tags_.end()) {
+  if (auto it = duties_.extra_tags.find(ev.tag); it != duties_.extra_tags.end()) {
     const auto name = it->second;
-    extra_tags_.erase(it);
-    if (ev.rc == Rc::connection_loss) return;  // stays in extras_: resent on reconnect
-    std::erase(extras_, name);
+    duties_.extra_tags.erase(it);
+    if (ev.rc == Rc::connection_loss) return;  // stays in extras: resent on reconnect
+    std::erase(duties_.extras, name);
     return;
   }
   if (ev.tag == 0 || ev.tag != remove_tag_) return;
   remove_tag_ = 0;
   if (ev.rc == Rc::connection_loss) {
-    node_ = NodeState::exists;  // maybe; resent once the same session is back
-    if (connected_) remove_own(pending_marker_, out);
-    else remove_pending_ = true;
+    own_.state = NodeState::exists;  // maybe; resent once the same session is back
+    if (link_ == Link::up) remove_own(own_.removal, out);
+    else duties_.add(own_.removal);
     return;
   }
-  if (ev.rc == Rc::error && pending_marker_) {
-    node_ = NodeState::exists;
-    remove_own(false, out);  // the marker's half failed (say, no access): delete alone
+  if (ev.rc == Rc::error && own_.removal == Duty::remove_marked) {
+    own_.state = NodeState::exists;
+    remove_own(Duty::remove, out);  // the marker's half failed (say, no access): delete alone
     return;
   }
-  node_ = NodeState::gone;  // ok, no_node; or an error we cannot act on
+  own_.state = NodeState::gone;  // ok, no_node; or an error we cannot act on
   release_done(out);
 }
 
 void LockMachine::release_done(Commands& out) {
   if (phase_ == Phase::releasing) {
     phase_ = Phase::released;
-    out.push_back(MachineCommand{Cmd::released});
+    report(out, MachineOutcome{Out::released});
   } else if (phase_ == Phase::ending) {
     phase_ = Phase::released;  // the lease's `released` was reported when it was retained
   }
 }
 
 void LockMachine::remove_extra(const std::string& name, Commands& out) {
-  if (std::find(extras_.begin(), extras_.end(), name) == extras_.end()) extras_.push_back(name);
+  auto& extras = duties_.extras;
+  if (std::find(extras.begin(), extras.end(), name) == extras.end()) extras.push_back(name);
   resend_extra(name, out);
 }
 
 void LockMachine::resend_extra(const std::string& name, Commands& out) {
   const auto tag = next_tag();
-  extra_tags_[tag] = name;
-  out.push_back(request(Cmd::remove_extra, tag, name));
+  duties_.extra_tags[tag] = name;
+  send(out, Req::remove_extra, tag, name);
 }
 
 // After an attempt ends with a create whose answer was lost: list, and delete
@@ -349,26 +384,26 @@ void LockMachine::resend_extra(const std::string& name, Commands& out) {
 // in the server's pipeline is applied before the listing runs: a read may be
 // answered ahead of a write forwarded earlier, a later write may not.
 void LockMachine::sweep(Commands& out) {
-  sweep_pending_ = true;
-  if (!connected_ || list_tag_ != 0) return;
+  duties_.add(Duty::sweep);
+  if (link_ != Link::up || round_.list_tag != 0) return;
+  doubt_ = Doubt::open;
   barrier_tag_ = next_tag();
-  barrier_done_ = false;
-  out.push_back(request(Cmd::remove_extra, barrier_tag_, "zklock-sweep-barrier-" + cfg_.guid));
-  list_tag_ = next_tag();
-  out.push_back(request(Cmd::list, list_tag_));
+  send(out, Req::remove_extra, barrier_tag_, "zklock-sweep-barrier-" + cfg_.guid);
+  round_.list_tag = next_tag();
+  send(out, Req::list, round_.list_tag);
 }
 
 void LockMachine::on_sweep(const MachineEvent& ev, const Listing& listing, Commands& out) {
-  if (ev.rc == Rc::connection_loss || !barrier_done_) {  // proves nothing: again once connected
+  if (ev.rc == Rc::connection_loss || doubt_ != Doubt::barrier_ran) {  // proves nothing: again once connected
     sweep(out);
     return;
   }
-  sweep_pending_ = false;
-  if (node_ == NodeState::unknown) node_ = NodeState::none;  // found below, or it never ran
-  if (ev.rc != Rc::ok) return;                                 // no_node: the lock path is gone, so is ours
+  duties_.drop(Duty::sweep);
+  if (own_.state == NodeState::unknown) own_.state = NodeState::none;  // found below, or it never ran
+  if (ev.rc != Rc::ok) return;                                        // no_node: the lock path is gone, so is ours
   for (const auto& e : listing.nodes) {
     if (!ours(e.node.guid)) continue;
-    if (e.node.name == name_ && (node_ == NodeState::exists || node_ == NodeState::deleting)) continue;
+    if (e.node.name == own_.name && (own_.state == NodeState::exists || own_.state == NodeState::deleting)) continue;
     remove_extra(e.node.name, out);
   }
 }

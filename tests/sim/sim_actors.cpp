@@ -8,13 +8,13 @@
 
 namespace zklock::sim {
 
-using detail::MachineCommand;
+using detail::MachineOutcome;
 using detail::MachineEvent;
 using Kind = MachineEvent::Kind;
-using Cmd = MachineCommand::Kind;
+using Cmd = MachineOutcome::Kind;
 using Phase = detail::LockMachine::Phase;
 
-void World::on_outcome(int id, const MachineCommand& c) {
+void World::on_outcome(int id, const MachineOutcome& c) {
   auto& rec = machines_[static_cast<std::size_t>(id)];
   auto& a = actors_[static_cast<std::size_t>(rec.actor)];
   const std::string who = "m" + std::to_string(id);
@@ -26,7 +26,7 @@ void World::on_outcome(int id, const MachineCommand& c) {
       ++rec.granted;
       rec.release_requested = rec.must_lose = rec.knew_at_release = false;
       rec.held_path = locks_[static_cast<std::size_t>(rec.lock)] + "/" + rec.m->node_name();
-      rec.token = c.czxid;
+      rec.token = c.token;
       ++counters_.grants;
       holders_[static_cast<std::size_t>(rec.lock)].push_back(id);
       check_grant(id);

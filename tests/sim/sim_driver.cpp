@@ -8,11 +8,12 @@
 
 namespace zklock::sim {
 
-using detail::MachineCommand;
+using detail::MachineRequest;
+using detail::MachineOutcome;
 using detail::MachineEvent;
 using detail::Rc;
 using Kind = MachineEvent::Kind;
-using Cmd = MachineCommand::Kind;
+using Cmd = MachineRequest::Kind;
 
 namespace {
 
@@ -42,8 +43,11 @@ const char* event_name(Kind k) {
 }
 const char* command_name(Cmd k) {
   static const char* names[] = {"create", "make_parents", "list", "list_watch", "touch", "read_stats",
-                                "watch_blocker", "read_marker", "watch_own", "read_record", "remove", "remove_extra",
-                                "granted", "failed", "lost", "released", "retake_void", "notice"};
+                                "watch_blocker", "read_marker", "watch_own", "read_record", "remove", "remove_extra"};
+  return names[static_cast<int>(k)];
+}
+const char* outcome_name(MachineOutcome::Kind k) {
+  static const char* names[] = {"granted", "failed", "lost", "released", "retake_void", "notice"};
   return names[static_cast<int>(k)];
 }
 std::string hex64(std::uint64_t v) {
@@ -70,13 +74,14 @@ int World::start_machine(int actor, int lock, Mode mode) {
   detail::MachineConfig mc;
   mc.mode = mode;
   mc.guid = rec.guid;
-  mc.policy = a.policy;
+  mc.holder.policy = a.policy;
   mc.epoch = rec.session;
   mc.lock_path = locks_[static_cast<std::size_t>(lock)];
   mc.retain = a.retains;
   // Either memory of the previous acquisition (the shell's seen_before), taken
-  // from the GUID's random bits so the seeds' random streams are unchanged.
-  mc.watch_listings = rec.guid.back() < '8';  // watched listings; then (6) stands on the children watch
+  // from the GUID's random bits so the seeds' random streams are unchanged:
+  // free lists with the children watch, and then (6) stands on it.
+  mc.history = rec.guid.back() < '8' ? detail::LockHistory::free : detail::LockHistory::contended;
   rec.m = std::make_unique<detail::LockMachine>(mc);
   machines_.push_back(std::move(rec));
   const int id = static_cast<int>(machines_.size()) - 1;
@@ -88,7 +93,7 @@ int World::start_machine(int actor, int lock, Mode mode) {
     note("m" + std::to_string(id) + " START " + a.owner + " " + std::string(mode_name(mode)) + " " + mc.lock_path +
          " session " + std::to_string(machines_.back().session) + " guid " + machines_.back().guid.substr(0, 6));
   }
-  for (const auto& c : machines_.back().m->start()) execute(id, c);
+  apply(id, machines_.back().m->start());
   return id;
 }
 
@@ -97,7 +102,7 @@ void World::feed(int id, const MachineEvent& ev) {
   if (cfg_.trace || cfg_.print_trace) {
     std::string l = "m" + std::to_string(id) + " <- " + event_name(ev.kind);
     if (ev.tag) l += " tag=" + std::to_string(ev.tag);
-    if (ev.kind < Kind::blocker_deleted) l += std::string(" ") + rc_name(ev.rc);
+    if (ev.is_answer()) l += std::string(" ") + rc_name(ev.rc);
     if (!ev.name.empty()) l += " " + short_name(ev.name) + " czxid=" + std::to_string(ev.czxid);
     for (const auto& c : ev.children) l += " " + short_name(c);
     for (const auto& st : ev.stats) l += std::string(" [") + rc_name(st.rc) + " " + std::to_string(st.czxid) + "]";
@@ -105,10 +110,24 @@ void World::feed(int id, const MachineEvent& ev) {
     if (ev.kind == Kind::touched && ev.rc == Rc::ok) l += " mzxid=" + std::to_string(ev.mzxid);
     note(l);
   }
-  for (const auto& c : rec.m->step(ev)) execute(id, c);
+  apply(id, rec.m->step(ev));
 }
 
-void World::execute(int id, const MachineCommand& c) {
+// Requests first, then outcomes, as the shell does (MachineCommands).
+void World::apply(int id, const detail::MachineCommands& cmds) {
+  for (const auto& r : cmds.requests) execute(id, r);
+  for (const auto& o : cmds.outcomes) {
+    if (cfg_.trace || cfg_.print_trace) {
+      std::string l = "m" + std::to_string(id) + " -> " + outcome_name(o.kind);
+      if (o.kind == MachineOutcome::Kind::granted) l += " czxid=" + std::to_string(o.token);
+      if (!o.message.empty()) l += " (" + o.message + ")";
+      note(l);
+    }
+    on_outcome(id, o);
+  }
+}
+
+void World::execute(int id, const MachineRequest& c) {
   auto& rec = machines_[static_cast<std::size_t>(id)];
   const auto& lock = locks_[static_cast<std::size_t>(rec.lock)];
   if (cfg_.trace || cfg_.print_trace) {
@@ -117,8 +136,6 @@ void World::execute(int id, const MachineCommand& c) {
     if (!c.name.empty()) l += " " + short_name(c.name);
     for (const auto& n : c.names) l += " " + short_name(n);
     if (c.with_marker) l += " +marker";
-    if (c.kind == Cmd::granted) l += " czxid=" + std::to_string(c.czxid);
-    if (!c.message.empty()) l += " (" + c.message + ")";
     note(l);
   }
   Route rt{id, c.tag, Kind::created};
@@ -204,9 +221,6 @@ void World::execute(int id, const MachineCommand& c) {
       rt.kind = Kind::removed;
       if (c.kind == Cmd::remove) removes_[next_cookie_ + 1] = id;
       break;
-    default:
-      on_outcome(id, c);
-      return;
   }
   submit(id, std::move(r), rt);
 }

@@ -149,11 +149,12 @@ class World {
   // sim_driver.cpp
   int start_machine(int actor, int lock, Mode mode);
   void feed(int machine, const detail::MachineEvent& ev);
-  void execute(int machine, const detail::MachineCommand& c);
+  void apply(int machine, const detail::MachineCommands& cmds);
+  void execute(int machine, const detail::MachineRequest& c);
   void submit(int machine, Request req, Route route);
   void on_reply(const Reply& r);
   void drain_local();
-  void on_outcome(int machine, const detail::MachineCommand& c);
+  void on_outcome(int machine, const detail::MachineOutcome& c);
   void actor_tick(int actor);
   void actor_start(int actor);
   void actor_release(int actor);

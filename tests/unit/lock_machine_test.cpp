@@ -15,8 +15,8 @@
 //     list tag=2                  the output: one command per line, indented
 //
 // Config keys (defaults in brackets): mode=exclusive|shared [exclusive],
-// policy=tolerant|strict [tolerant], retain=yes|no [no], watch_listings=yes|no
-// [no], epoch [1], lock [/locks/demo]. The GUID is fixed (kGuid below).
+// policy=tolerant|strict [tolerant], retain=yes|no [no],
+// history=unknown|free|contended [contended], epoch [1], lock [/locks/demo]. The GUID is fixed (kGuid below).
 //
 // Inputs: `> start`, `> state` (prints the machine's phase and flags), and
 // `> <event kind> key=value ...` with the keys tag, epoch (default: the
@@ -63,7 +63,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using Kind = MachineEvent::Kind;
-using Cmd = MachineCommand::Kind;
+using Req = MachineRequest::Kind;
+using Out = MachineOutcome::Kind;
 
 // The machine's GUID in every transcript: fixed, so names and output are stable.
 constexpr const char* kGuid = "a1b2c3d4e5f6a7b8c9d0e1f2deadbeef";
@@ -264,6 +265,7 @@ MachineConfig parse_config(const std::string& line) {
   cfg.guid = kGuid;
   cfg.epoch = 1;
   cfg.lock_path = "/locks/demo";
+  cfg.history = LockHistory::contended;  // listings without the children watch unless a file says otherwise
   const auto flag = [](const std::string& v) {
     if (v == "yes") return true;
     if (v == "no") return false;
@@ -275,11 +277,12 @@ MachineConfig parse_config(const std::string& line) {
       cfg.mode = v == "shared" ? Mode::shared : Mode::exclusive;
     } else if (k == "policy") {
       if (v != "tolerant" && v != "strict") throw std::runtime_error("policy: tolerant or strict");
-      cfg.policy = v == "strict" ? LossPolicy::strict : LossPolicy::tolerant;
+      cfg.holder.policy = v == "strict" ? LossPolicy::strict : LossPolicy::tolerant;
     } else if (k == "retain") {
       cfg.retain = flag(v);
-    } else if (k == "watch_listings") {
-      cfg.watch_listings = flag(v);
+    } else if (k == "history") {
+      if (v != "unknown" && v != "free" && v != "contended") throw std::runtime_error("history: unknown, free or contended");
+      cfg.history = v == "free" ? LockHistory::free : v == "contended" ? LockHistory::contended : LockHistory::unknown;
     } else if (k == "epoch") {
       cfg.epoch = static_cast<std::uint64_t>(parse_int(v));
     } else if (k == "lock") {
@@ -337,36 +340,48 @@ MachineEvent parse_event(const std::string& text, const MachineConfig& cfg, Name
   return ev;
 }
 
-std::string print_command(const MachineCommand& c, const Names& names) {
+std::string print_request(const MachineRequest& c, const Names& names) {
   std::string s;
   const auto tag = [&] { return " tag=" + std::to_string(c.tag); };
   const auto name = [&] { return " name=" + names.shorten(c.name); };
-  const auto quoted = [&](const std::string& m) { return " \"" + names.shorten_in(m) + "\""; };
   switch (c.kind) {
-    case Cmd::create: return "create" + tag() + " guid=" + names.shorten(c.name);
-    case Cmd::make_parents: return "make_parents" + tag();
-    case Cmd::list: return "list" + tag();
-    case Cmd::list_watch: return "list_watch" + tag();
-    case Cmd::touch: return "touch" + tag() + name() + " version=" + std::to_string(c.version);
-    case Cmd::read_stats: {
+    case Req::create: return "create" + tag() + " guid=" + names.shorten(c.name);
+    case Req::make_parents: return "make_parents" + tag();
+    case Req::list: return "list" + tag();
+    case Req::list_watch: return "list_watch" + tag();
+    case Req::touch: return "touch" + tag() + name() + " version=" + std::to_string(c.version);
+    case Req::read_stats: {
       s = "read_stats" + tag() + " names=";
       for (std::size_t i = 0; i < c.names.size(); ++i) s += (i ? "," : "") + names.shorten(c.names[i]);
       return s;
     }
-    case Cmd::watch_blocker: return "watch_blocker" + tag() + name();
-    case Cmd::read_marker: return "read_marker" + tag();
-    case Cmd::watch_own: return "watch_own" + tag() + name();
-    case Cmd::read_record: return "read_record" + tag() + name();
-    case Cmd::remove: return "remove" + tag() + name() + (c.with_marker ? " +marker" : "");
-    case Cmd::remove_extra: return "remove_extra" + tag() + name();
-    case Cmd::granted: return "outcome granted token=" + std::to_string(c.czxid);
-    case Cmd::failed: return "outcome failed errc=" + std::string(errc_name(c.errc)) + quoted(c.message);
-    case Cmd::lost: return "outcome lost reason=" + std::string(loss_reason_name(c.reason)) + quoted(c.message);
-    case Cmd::released: return "outcome released";
-    case Cmd::retake_void: return "outcome retake_void" + quoted(c.message);
-    case Cmd::notice: return "notice" + quoted(c.message);
+    case Req::watch_blocker: return "watch_blocker" + tag() + name();
+    case Req::read_marker: return "read_marker" + tag();
+    case Req::watch_own: return "watch_own" + tag() + name();
+    case Req::read_record: return "read_record" + tag() + name();
+    case Req::remove: return "remove" + tag() + name() + (c.with_marker ? " +marker" : "");
+    case Req::remove_extra: return "remove_extra" + tag() + name();
   }
   return "?";
+}
+
+std::string print_outcome(const MachineOutcome& c, const Names& names) {
+  const auto quoted = [&](const std::string& m) { return " \"" + names.shorten_in(m) + "\""; };
+  switch (c.kind) {
+    case Out::granted: return "outcome granted token=" + std::to_string(c.token);
+    case Out::failed: return "outcome failed errc=" + std::string(errc_name(c.errc)) + quoted(c.message);
+    case Out::lost: return "outcome lost reason=" + std::string(loss_reason_name(c.reason)) + quoted(c.message);
+    case Out::released: return "outcome released";
+    case Out::retake_void: return "outcome retake_void" + quoted(c.message);
+    case Out::notice: return "notice" + quoted(c.message);
+  }
+  return "?";
+}
+
+// A step's output as the shell executes it: the requests, then the outcomes.
+void print_commands(const MachineCommands& cmds, const Names& names, std::vector<std::string>& printed) {
+  for (const auto& r : cmds.requests) printed.push_back(print_request(r, names));
+  for (const auto& o : cmds.outcomes) printed.push_back(print_outcome(o, names));
 }
 
 const char* phase_name(LockMachine::Phase p) {
@@ -423,13 +438,13 @@ std::vector<std::string> replay(const std::vector<std::string>& lines) {
         if (!cfg) throw std::runtime_error("`> start` before the config line");
         if (m) throw std::runtime_error("a second `> start` (a new machine starts with a config line)");
         m.emplace(*cfg);
-        for (const auto& c : m->start()) printed.push_back(print_command(c, names));
+        print_commands(m->start(), names, printed);
       } else if (!m) {
         throw std::runtime_error("an input before `> start`");
       } else if (input == "state") {
         printed.push_back(print_state(*m, names));
       } else {
-        for (const auto& c : m->step(parse_event(input, *cfg, names))) printed.push_back(print_command(c, names));
+        print_commands(m->step(parse_event(input, *cfg, names)), names, printed);
       }
       if (printed.empty()) printed.push_back("(nothing)");
       for (const auto& p : printed) out.push_back("  " + p);
