@@ -267,8 +267,8 @@ Lease take_lease(AcquireResult result);
 // Nullopt for a timeout; otherwise as take_lease.
 std::optional<Lease> take_lease_unless_timeout(AcquireResult result);
 // Starts an acquisition whose outcome goes to `done` on the client's callback
-// thread (the core's own callback runs under its state lock on ZooKeeper's
-// thread, where user code must not run).
+// thread (LockAttempt's own `done` runs on ZooKeeper's completion thread or
+// the client's timer thread, which user code must not hold up).
 void start_async(Client& client, AttemptRequest request, AcquireCallback done);
 
 }  // namespace zklock::detail

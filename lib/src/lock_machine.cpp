@@ -1,10 +1,11 @@
 // The lock machine's core: start, the dispatch of each event, and the outcomes it reports.
 //
-// The recipe's steps live in three files: up to the grant (create, list,
+// The recipe's steps live in three more files: up to the grant (create, list,
 // order, the nearest blocker, the hand-off) in lock_machine_acquire.cpp;
-// after it (holding, losing, releasing, retaining) and cleanup in
-// lock_machine_hold.cpp. Each step is one event handler; docs/design.md
-// explains why each is sound, comments say which invariant a step relies on.
+// after it (holding, losing, releasing) and cleanup in
+// lock_machine_hold.cpp; retained leases in lock_machine_retain.cpp. Each
+// step is one event handler; docs/design.md explains why each is sound,
+// comments say which invariant a step relies on.
 #include <algorithm>
 #include <utility>
 
