@@ -43,8 +43,8 @@
 #include <vector>
 
 #include "zklock/client.hpp"
-#include "zklock/fair_mutex.hpp"
 #include "zklock/lease.hpp"
+#include "zklock/options.hpp"
 
 namespace zklock {
 
