@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "lock_attempt.hpp"
+#include "zklock/path.hpp"
 
 namespace zklock {
 
