@@ -240,7 +240,7 @@ ClientOptions client_options(const GlobalOptions& g) {
     }
     o.credentials = DigestCredentials{g.digest.substr(0, colon), g.digest.substr(colon + 1)};
   }
-  o.zk_log_level = g.verbose ? spdlog::level::info : spdlog::level::critical;
+  o.zk_log_level = g.verbose ? zklock::LogLevel::info : zklock::LogLevel::error;
   return o;
 }
 

@@ -9,7 +9,7 @@
 
 #include "client_impl.hpp"
 #include "digest.hpp"
-#include "zklock/protocol/node_name.hpp"
+#include "zklock/path.hpp"
 
 namespace zklock {
 

@@ -7,6 +7,7 @@ namespace zklock {
 
 Errc errc_from_zk(int rc) noexcept {
   switch (rc) {
+    case ZOK: return Errc::ok;
     case ZSYSTEMERROR: return Errc::system_error;
     case ZRUNTIMEINCONSISTENCY: return Errc::runtime_inconsistency;
     case ZDATAINCONSISTENCY: return Errc::data_inconsistency;
@@ -45,6 +46,7 @@ Errc errc_from_zk(int rc) noexcept {
 
 std::string_view errc_name(Errc code) noexcept {
   switch (code) {
+    case Errc::ok: return "ok";
     case Errc::system_error: return "system_error";
     case Errc::runtime_inconsistency: return "runtime_inconsistency";
     case Errc::data_inconsistency: return "data_inconsistency";
@@ -131,6 +133,7 @@ Kind kind_of(Errc code) noexcept {
     case Errc::session_expired:
     case Errc::closing:
       return Kind::session_fatal;
+    case Errc::ok:
     case Errc::system_error:
     case Errc::runtime_inconsistency:
     case Errc::data_inconsistency:

@@ -13,6 +13,12 @@
 #include "zklock/error.hpp"
 
 namespace zklock {
+
+void detail::UniqueFd::reset() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
 namespace {
 
 constexpr char kHex[] = "0123456789ABCDEF";
@@ -69,21 +75,16 @@ FenceGate::FenceGate(FenceGateOptions options) : options_(std::move(options)) {
 
   const auto& file = options_.state_file;
   lock_fd_ = detail::lock_fence_state(file);
-  try {
-    auto marks = detail::read_fence_state(file);
-    if (!marks) {
-      if (options_.require_state_file) {
-        throw Error(Errc::io_error, "fence gate state file '" + file.string() +
-                                        "' does not exist, and the gate was told to require it");
-      }
-      return;
+  // A throw below closes lock_fd_ (a member) and so lets go of the flock.
+  auto marks = detail::read_fence_state(file);
+  if (!marks) {
+    if (options_.require_state_file) {
+      throw Error(Errc::io_error, "fence gate state file '" + file.string() +
+                                      "' does not exist, and the gate was told to require it");
     }
-    persisted_ = std::move(*marks);
-  } catch (...) {
-    ::close(lock_fd_);
-    lock_fd_ = -1;
-    throw;
+    return;
   }
+  persisted_ = std::move(*marks);
   for (const auto& [resource, token] : persisted_) {
     shard_for(resource).marks.emplace(resource, token);
   }
@@ -99,7 +100,7 @@ FenceGate::~FenceGate() {
                  e.what());
     }
   }
-  if (lock_fd_ >= 0) ::close(lock_fd_);
+  // lock_fd_ closes after this body, once the final flush is done.
 }
 
 FenceGate::Shard& FenceGate::shard_for(std::string_view resource) const noexcept {

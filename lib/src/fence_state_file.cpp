@@ -209,13 +209,13 @@ FenceMarks parse_state(std::string_view text, const std::filesystem::path& file)
 
 }  // namespace
 
-int lock_fence_state(const std::filesystem::path& file) {
+UniqueFd lock_fence_state(const std::filesystem::path& file) {
   const auto lock_path = file.string() + ".lock";
-  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) throw_io(file, "open " + lock_path, errno);
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  UniqueFd fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (fd.get() < 0) throw_io(file, "open " + lock_path, errno);
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
-    ::close(fd);
+    fd.reset();
     if (err == EWOULDBLOCK) {
       throw Error(Errc::io_error, "fence gate state file '" + file.string() +
                                       "' is in use by another FenceGate (" + lock_path + " is locked)");

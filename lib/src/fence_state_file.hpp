@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "zklock/fence_gate.hpp"
 #include "zklock/token.hpp"
 
 namespace zklock::detail {
@@ -18,9 +19,9 @@ namespace zklock::detail {
 using FenceMarks = std::map<std::string, FencingToken, std::less<>>;
 
 // Takes the exclusive flock on "<file>.lock" (one gate owns a state file at
-// a time) and returns its descriptor, which the caller closes to let go.
+// a time) and returns its descriptor; closing it lets go.
 // Throws Error(io_error) when it cannot be opened or another gate holds it.
-int lock_fence_state(const std::filesystem::path& file);
+UniqueFd lock_fence_state(const std::filesystem::path& file);
 
 // The marks `file` holds; nullopt when it does not exist. Throws
 // Error(io_error) when it cannot be read, Error(protocol_error) naming the

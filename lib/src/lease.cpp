@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "lock_attempt.hpp"
+#include "zklock/options.hpp"
 
 namespace zklock {
 

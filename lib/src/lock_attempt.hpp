@@ -61,8 +61,8 @@
 
 #include "client_impl.hpp"
 #include "lock_machine.hpp"
-#include "zklock/fair_mutex.hpp"
 #include "zklock/lease.hpp"
+#include "zklock/options.hpp"
 
 namespace zklock::detail {
 

@@ -11,6 +11,7 @@
 
 #include "zklock/error.hpp"
 #include "zklock/lease.hpp"
+#include "zklock/options.hpp"
 #include "zklock/protocol/node_name.hpp"
 
 namespace zklock::detail {

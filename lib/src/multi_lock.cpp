@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "lock_attempt.hpp"
+#include "zklock/path.hpp"
 
 namespace zklock {
 
@@ -114,6 +115,10 @@ void MultiLease::release() noexcept {
 MultiLock::MultiLock(Client& client, std::vector<LockSpec> locks, MutexOptions options)
     : client_(&client), locks_(std::move(locks)), options_(options) {
   if (locks_.empty()) throw Error(Errc::invalid_argument, "MultiLock needs at least one lock");
+  if (options_.retain != std::chrono::milliseconds::zero()) {
+    throw Error(Errc::invalid_argument,
+                "MultiLock does not retain leases: MutexOptions::retain must be zero (use FairMutex to retain)");
+  }
   for (const auto& l : locks_) validate_lock_path(l.path);
   // The global order: ascending bytes of the full path. Merge duplicates,
   // exclusive over shared (a shared and an exclusive request by one owner
@@ -132,8 +137,7 @@ MultiLock::MultiLock(Client& client, std::vector<LockSpec> locks, MutexOptions o
 
 MultiLease MultiLock::run(std::stop_token stop, std::optional<Clock::time_point> deadline,
                           const AcquireOptions& options) {
-  AcquireOptions opts = options;
-  if (opts.owner.empty()) opts.owner = !OwnerScope::current().empty() ? OwnerScope::current() : client_->default_owner();
+  const AcquireOptions opts = with_owner(options);
 
   std::vector<Lease> taken;
   taken.reserve(locks_.size());
@@ -169,6 +173,82 @@ MultiLease MultiLock::run(std::stop_token stop, std::optional<Clock::time_point>
     taken.push_back(std::move(r.lease));
   }
   return MultiLease(*client_, std::move(taken));
+}
+
+AcquireOptions MultiLock::with_owner(const AcquireOptions& options) const {
+  AcquireOptions opts = options;
+  if (opts.owner.empty()) opts.owner = !OwnerScope::current().empty() ? OwnerScope::current() : client_->default_owner();
+  return opts;
+}
+
+// One acquire_async in flight. Only one member's attempt runs at a time and
+// each step runs on the client's callback thread (or the caller's, for the
+// first), so the fields need no lock.
+struct MultiLock::AsyncRun {
+  Client* client = nullptr;
+  std::vector<LockSpec> locks;
+  AcquireOptions options;
+  LossPolicy policy = LossPolicy::tolerant;
+  std::optional<Clock::time_point> deadline;
+  std::stop_token stop;
+  std::vector<Lease> taken;
+  MultiAcquireCallback done;
+
+  // Releases what was taken and hands `done` the error, on the callback
+  // thread (never inline in acquire_async's caller).
+  void fail(Error error) {
+    for (auto it = taken.rbegin(); it != taken.rend(); ++it) it->release_async();
+    taken.clear();
+    client->post([done = std::move(done), error = std::move(error)] { done(MultiAcquireResult{MultiLease(), error}); });
+  }
+};
+
+void MultiLock::step(std::shared_ptr<AsyncRun> run) {
+  if (run->taken.size() == run->locks.size()) {
+    run->done(MultiAcquireResult{MultiLease(*run->client, std::move(run->taken)), std::nullopt});
+    return;
+  }
+  const auto& spec = run->locks[run->taken.size()];
+  detail::AttemptRequest req;
+  req.lock_path = spec.path;
+  req.mode = spec.mode;
+  req.options = run->options;
+  req.policy = run->policy;
+  req.stop = run->stop;
+  if (run->deadline) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(*run->deadline - Clock::now());
+    if (left <= std::chrono::milliseconds::zero()) {
+      run->fail(Error(Errc::timeout, "timed out waiting for " + spec.path));
+      return;
+    }
+    req.timeout = left;
+  }
+  try {
+    detail::start_async(*run->client, std::move(req), [run](AcquireResult r) {
+      if (r.error) {
+        run->fail(std::move(*r.error));
+        return;
+      }
+      run->taken.push_back(std::move(r.lease));
+      step(run);
+    });
+  } catch (const Error& e) {  // would_deadlock, invalid_state: nothing of this member exists
+    run->fail(e);
+  }
+}
+
+void MultiLock::acquire_async(MultiAcquireCallback done, const AcquireOptions& options,
+                              std::chrono::milliseconds timeout, std::stop_token stop) {
+  auto run = std::make_shared<AsyncRun>();
+  run->client = client_;
+  run->locks = locks_;
+  run->options = with_owner(options);
+  run->policy = options_.loss_policy;
+  if (timeout > std::chrono::milliseconds::zero()) run->deadline = Clock::now() + timeout;
+  run->stop = std::move(stop);
+  run->done = std::move(done);
+  run->taken.reserve(locks_.size());
+  step(std::move(run));
 }
 
 MultiLease MultiLock::acquire(const AcquireOptions& options) { return run({}, std::nullopt, options); }

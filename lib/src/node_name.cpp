@@ -1,12 +1,9 @@
-// Lock node names and lock paths: owner keys, the name parser and builder, GUIDs, path validation.
+// Lock node names: owner keys, the name parser and builder, GUIDs, sequence order.
 #include "zklock/protocol/node_name.hpp"
 
 #include <charconv>
 #include <cstdio>
 #include <random>
-
-#include "zklock/error.hpp"
-#include "zklock/protocol/paths.hpp"
 
 namespace zklock {
 namespace {
@@ -96,46 +93,6 @@ std::string new_guid() {
 int compare_sequence(std::int32_t a, std::int32_t b) noexcept {
   const auto diff = static_cast<std::int32_t>(static_cast<std::uint32_t>(a) - static_cast<std::uint32_t>(b));
   return diff < 0 ? -1 : (diff > 0 ? 1 : 0);
-}
-
-std::pair<std::string, std::string> split_path(std::string_view path) {
-  const auto slash = path.rfind('/');
-  if (slash == std::string_view::npos) return {"", std::string(path)};
-  std::string parent(slash == 0 ? "/" : path.substr(0, slash));
-  return {parent, std::string(path.substr(slash + 1))};
-}
-
-void validate_path_syntax(std::string_view path, std::string_view what) {
-  auto fail = [&](const char* why) {
-    throw Error(Errc::invalid_argument,
-                "invalid " + std::string(what) + " '" + std::string(path.substr(0, 200)) + "': " + why);
-  };
-  if (path.empty() || path[0] != '/') fail("must be absolute (start with '/')");
-  if (path == "/") return;
-  if (path.back() == '/') fail("trailing '/'");
-  std::size_t start = 1;
-  while (start <= path.size()) {
-    auto end = path.find('/', start);
-    if (end == std::string_view::npos) end = path.size();
-    const auto comp = path.substr(start, end - start);
-    if (comp.empty()) fail("empty component ('//')");
-    if (comp == "." || comp == "..") fail("'.' and '..' components are not allowed");
-    for (unsigned char c : comp) {
-      if (c < 0x20 || c == 0x7f) fail("control character");
-    }
-    start = end + 1;
-  }
-}
-
-void validate_lock_path(std::string_view path) {
-  validate_path_syntax(path, "lock path");
-  auto fail = [&](const char* why) {
-    throw Error(Errc::invalid_argument,
-                "invalid lock path '" + std::string(path.substr(0, 200)) + "': " + why);
-  };
-  if (path == "/") fail("the root cannot be a lock");
-  if (path == "/zookeeper" || path.starts_with("/zookeeper/")) fail("/zookeeper is reserved");
-  if (protocol::is_metadata_path(path)) fail("/zklock holds zklock's metadata");
 }
 
 }  // namespace zklock

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "lock_attempt.hpp"
+#include "zklock/path.hpp"
 
 namespace zklock {
 

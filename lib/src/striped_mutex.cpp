@@ -1,6 +1,7 @@
 // StripedMutex: picks one of N FairMutexes by the FNV-1a hash of a key (the protocol's mapping).
 #include "zklock/striped_mutex.hpp"
 
+#include "zklock/path.hpp"
 #include "zklock/protocol/node_name.hpp"
 
 namespace zklock {

@@ -65,14 +65,14 @@ void zk_log_callback(const char* message) noexcept {
   }
 }
 
-ZooLogLevel to_zoo_level(spdlog::level::level_enum l) {
+ZooLogLevel to_zoo_level(LogLevel l) {
   switch (l) {
-    case spdlog::level::trace:
-    case spdlog::level::debug: return ZOO_LOG_LEVEL_DEBUG;
-    case spdlog::level::info: return ZOO_LOG_LEVEL_INFO;
-    case spdlog::level::warn: return ZOO_LOG_LEVEL_WARN;
-    default: return ZOO_LOG_LEVEL_ERROR;
+    case LogLevel::debug: return ZOO_LOG_LEVEL_DEBUG;
+    case LogLevel::info: return ZOO_LOG_LEVEL_INFO;
+    case LogLevel::warn: return ZOO_LOG_LEVEL_WARN;
+    case LogLevel::error: break;
   }
+  return ZOO_LOG_LEVEL_ERROR;
 }
 
 }  // namespace zklock

@@ -7,6 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "zklock/client.hpp"
+
 namespace zklock {
 
 // The C client's log callback carries no context, so every C-client thread
@@ -16,6 +18,6 @@ void set_zk_c_logger(std::shared_ptr<spdlog::logger> logger);
 // For zookeeper_init2: maps ZOO_ERROR/WARN/INFO/DEBUG to spdlog levels and
 // logs a line repeated within a second only once, with a count.
 void zk_log_callback(const char* message) noexcept;
-ZooLogLevel to_zoo_level(spdlog::level::level_enum l);
+ZooLogLevel to_zoo_level(LogLevel l);
 
 }  // namespace zklock

@@ -579,6 +579,50 @@ TEST(MultiLock, TimeoutAfterTakingALeavesNoNodeUnderAOrB) {
   EXPECT_TRUE(eventually([&] { return count_children(c, b) == 1; }));
 }
 
+// acquire_async: granted once B's holder lets go, every member held; then,
+// with B held again, a timeout that releases A and leaves B's holder alone.
+TEST(MultiLock, AcquireAsyncGrantsTheWholeSetOrReleasesWhatItTook) {
+  Client c(shared_opts());
+  Client other(shared_opts());
+  const auto base = unique_lock_path("multi-async");
+  const auto a = base + "/a", b = base + "/b";
+  FairMutex b_lock(other, b);
+  Lease b_holder = b_lock.acquire({.owner = "b-holder"});
+  MultiLock multi(c, {{b, Mode::exclusive}, {a, Mode::shared}});
+
+  auto granted = std::make_shared<std::promise<MultiAcquireResult>>();
+  multi.acquire_async([granted](MultiAcquireResult r) { granted->set_value(std::move(r)); }, {.owner = "both"});
+  ASSERT_TRUE(eventually([&] { return count_children(c, a) == 1 && count_children(c, b) == 2; }));
+  b_holder.release();
+  auto f = granted->get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+  auto r = f.get();
+  ASSERT_FALSE(r.error.has_value()) << r.error->what();
+  ASSERT_TRUE(r.lease);
+  EXPECT_TRUE(r.lease.valid());
+  EXPECT_EQ(r.lease.lease(a).mode(), Mode::shared);
+  EXPECT_EQ(r.lease.lease(b).mode(), Mode::exclusive);
+  r.lease.release();
+
+  b_holder = b_lock.acquire({.owner = "b-holder"});
+  auto timed_out = std::make_shared<std::promise<MultiAcquireResult>>();
+  multi.acquire_async([timed_out](MultiAcquireResult res) { timed_out->set_value(std::move(res)); },
+                      {.owner = "both"}, 300ms);
+  auto t = timed_out->get_future();
+  ASSERT_EQ(t.wait_for(10s), std::future_status::ready);
+  auto tr = t.get();
+  ASSERT_TRUE(tr.error.has_value());
+  EXPECT_EQ(tr.error->code(), Errc::timeout);
+  EXPECT_FALSE(tr.lease);
+  EXPECT_TRUE(eventually([&] { return count_children(c, a) == 0 && count_children(c, b) == 1; }));
+  EXPECT_TRUE(b_holder.valid());
+}
+
+TEST(MultiLock, RejectsRetain) {
+  Client c(shared_opts());
+  EXPECT_THROW(MultiLock(c, {{"/locks/a", Mode::exclusive}}, {.retain = 100ms}), Error);
+}
+
 #ifdef ZKLOCK_TEST_WORKER
 test::ChildProcess spawn_worker(std::vector<std::string> args) {
   test::SpawnOptions o;

@@ -113,7 +113,7 @@ StoryClient::StoryClient(StoryArgs args) : args_(std::move(args)) {
   opts.session_timeout = std::chrono::milliseconds(args_.session_timeout_ms);
   opts.connect_timeout = std::chrono::milliseconds(args_.connect_timeout_ms);
   opts.owner_prefix = args_.name;
-  opts.zk_log_level = spdlog::level::off;
+  opts.zk_log_level = zklock::LogLevel::error;
   client_ = std::make_unique<zklock::Client>(opts);
   client_->add_listener([this](zklock::ConnectionState s) {
     emit("state", "s=" + std::string(zklock::state_name(s)) + " session=" + hex(client_->session_id()) +

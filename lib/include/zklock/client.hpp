@@ -40,8 +40,6 @@
 #include <string_view>
 #include <vector>
 
-#include <spdlog/common.h>
-
 #include "zklock/error.hpp"
 #include "zklock/observer.hpp"
 
@@ -57,6 +55,9 @@ enum class ConnectionState {
   lost,         // the session expired (or authentication failed): every lease of it is lost
 };
 std::string_view state_name(ConnectionState s) noexcept;
+
+// How much of the ZooKeeper C client's own log reaches zklock's logger.
+enum class LogLevel { debug, info, warn, error };
 
 struct DigestCredentials {
   std::string user;
@@ -99,8 +100,8 @@ struct ClientOptions {
   // The C client re-resolves host names on every I/O loop by default, which
   // costs client CPU on every request; re-resolve at most this often.
   std::chrono::milliseconds resolution_delay = 30s;
-  // Level at which the C client's own log is passed to spdlog.
-  spdlog::level::level_enum zk_log_level = spdlog::level::warn;
+  // The least severe of the C client's own log lines passed on to `logger`.
+  LogLevel zk_log_level = LogLevel::warn;
   // spdlog logger name used by zklock ("zklock").
   std::string logger = "zklock";
   // Told of every acquisition, grant, failure, release and loss of this

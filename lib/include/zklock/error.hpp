@@ -19,6 +19,8 @@
 namespace zklock {
 
 enum class Errc {
+  ok,  // no failure: the code() of an ok Status (ZOK); never thrown
+
   // --- ZooKeeper return codes (see zookeeper.h) ---
   system_error,             // ZSYSTEMERROR
   runtime_inconsistency,    // ZRUNTIMEINCONSISTENCY
@@ -87,7 +89,7 @@ class Error : public std::runtime_error {
 // "<context>: <zerror text>". Must not be called with ZOK.
 Error error_from_zk(int zk_rc, std::string_view context);
 
-// The Errc for a ZooKeeper return code (ZOK is not an error: do not pass it).
+// The Errc for a ZooKeeper return code (Errc::ok for ZOK).
 Errc errc_from_zk(int zk_rc) noexcept;
 
 // The result of one asynchronous operation: ok, or a failure carrying what an
@@ -102,11 +104,11 @@ class Status {
     if (failed_) code_ = errc_from_zk(zk_rc);
   }
   // A failure that is zklock's, not ZooKeeper's: zk_code() is 0, code() is
-  // `code`, and error() carries `message`.
+  // `code`, and error() carries `message`. REQUIRES code != Errc::ok.
   static Status own_error(Errc code, std::string message);
 
   bool ok() const noexcept { return !failed_; }
-  // What failed. REQUIRES !ok() (an ok Status answers unknown_zk_error).
+  // What failed; Errc::ok for an ok Status.
   Errc code() const noexcept { return code_; }
   // The ZooKeeper return code, or 0 for ok and for zklock's own failures.
   int zk_code() const noexcept { return zk_code_; }
@@ -119,7 +121,7 @@ class Status {
  private:
   int zk_code_ = 0;
   bool failed_ = false;
-  Errc code_ = Errc::unknown_zk_error;
+  Errc code_ = Errc::ok;
   std::shared_ptr<const std::string> message_;  // own_error() only
 };
 

@@ -43,15 +43,9 @@
 
 #include "zklock/client.hpp"
 #include "zklock/lease.hpp"
+#include "zklock/options.hpp"
 
 namespace zklock {
-
-struct MutexOptions {
-  LossPolicy loss_policy = LossPolicy::tolerant;
-  // Keep a released node idle for this long for a re-take (zero: off).
-  // Exclusive acquisitions only; readers of a FairSharedMutex never retain.
-  std::chrono::milliseconds retain{0};
-};
 
 namespace detail {
 struct RetainSlot;

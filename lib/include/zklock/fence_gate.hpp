@@ -73,6 +73,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 
 #include "zklock/token.hpp"
 
@@ -81,6 +82,34 @@ class logger;
 }
 
 namespace zklock {
+
+namespace detail {
+// An open file descriptor, closed exactly once (by reset() or the
+// destructor; fence_gate.cpp). Move-only; -1 holds nothing.
+class UniqueFd {
+ public:
+  UniqueFd() noexcept = default;
+  explicit UniqueFd(int fd) noexcept : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  ~UniqueFd() { reset(); }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const noexcept { return fd_; }
+  // Closes the descriptor, if any; errors are ignored (nothing was written through it).
+  void reset() noexcept;
+
+ private:
+  int fd_ = -1;
+};
+}  // namespace detail
 
 struct AdmitResult {
   enum class Verdict { admitted, stale, foreign_source, malformed };
@@ -196,7 +225,7 @@ class FenceGate {
   // file before the shard, so a mark in memory is never ahead of the file.
   std::mutex persist_mu_;
   std::map<std::string, FencingToken, std::less<>> persisted_;  // GUARDED_BY(persist_mu_)
-  int lock_fd_ = -1;
+  detail::UniqueFd lock_fd_;  // the state file's flock, held while the gate lives
 
   std::atomic<std::uint64_t> admitted_{0};
   std::atomic<std::uint64_t> stale_{0};

@@ -63,7 +63,6 @@ class LockAttempt;
 class Lease {
  public:
   Lease() = default;  // holds nothing
-  explicit Lease(std::shared_ptr<detail::LockAttempt> attempt);
   Lease(Lease&& other) noexcept
       : attempt_(std::move(other.attempt_)), grant_(other.grant_), token_(std::move(other.token_)) {}
   Lease& operator=(Lease&& other) noexcept;
@@ -105,49 +104,14 @@ class Lease {
   Mode mode() const;
 
  private:
-  friend class detail::LockAttempt;  // grant_of(), for ClientOptions::observer
+  // Leases are made only by zklock's lock recipe (lib/src), which is why no
+  // detail:: type appears in a public constructor.
+  friend class detail::LockAttempt;  // the constructor, and grant_of() for ClientOptions::observer
+  explicit Lease(std::shared_ptr<detail::LockAttempt> attempt);
+
   std::shared_ptr<detail::LockAttempt> attempt_;
   std::uint64_t grant_ = 0;  // which grant of the attempt's node this lease is
   FencingToken token_;
 };
-
-// What a lock request carries besides the lock path.
-struct AcquireOptions {
-  // The actor whose holds and waits form the wait-for graph. Empty: the
-  // innermost OwnerScope on this thread, else Client::default_owner().
-  std::string owner;
-  // Larger is more important; the detector's lowest-priority policy revokes
-  // the smallest. Recorded in the node data.
-  int priority = 0;
-  std::string description;
-};
-
-// Sets the default owner for lock requests made on this thread while alive.
-// Nested scopes stack.
-class OwnerScope {
- public:
-  explicit OwnerScope(std::string owner);
-  ~OwnerScope();
-  OwnerScope(const OwnerScope&) = delete;
-  OwnerScope& operator=(const OwnerScope&) = delete;
-  // The innermost scope's owner on this thread, or empty.
-  static const std::string& current() noexcept;
-
- private:
-  std::string previous_;
-};
-
-// How a lease treats a disconnect.
-enum class LossPolicy {
-  tolerant,  // suspended until valid_until(); lost if the session does not return by then
-  strict,    // lost at the first disconnect; the node is deleted once reconnected
-};
-
-// The outcome of an asynchronous acquisition: a lease, or the error.
-struct AcquireResult {
-  Lease lease;
-  std::optional<Error> error;
-};
-using AcquireCallback = std::function<void(AcquireResult)>;
 
 }  // namespace zklock

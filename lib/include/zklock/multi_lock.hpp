@@ -21,6 +21,10 @@
 // this acquisition is left behind. The timeout of try_acquire_for is one
 // deadline across all members.
 //
+// MutexOptions: loss_policy applies to every member. retain must be zero: a
+// MultiLock never retains its members' nodes, and the constructor throws
+// Error(invalid_argument) rather than silently ignore it.
+//
 // Every member is requested by one owner: AcquireOptions::owner, else the
 // innermost OwnerScope, else the calling thread's default owner.
 //
@@ -43,8 +47,8 @@
 #include <vector>
 
 #include "zklock/client.hpp"
-#include "zklock/fair_mutex.hpp"
 #include "zklock/lease.hpp"
+#include "zklock/options.hpp"
 
 namespace zklock {
 
@@ -100,10 +104,17 @@ class MultiLease {
   std::shared_ptr<State> state_;
 };
 
+// The outcome of MultiLock::acquire_async: the whole set, or the error.
+struct MultiAcquireResult {
+  MultiLease lease;
+  std::optional<Error> error;
+};
+using MultiAcquireCallback = std::function<void(MultiAcquireResult)>;
+
 class MultiLock {
  public:
   // Sorts and merges `locks`. Throws Error(invalid_argument) for an empty
-  // set or a malformed path.
+  // set, a malformed path, or options.retain other than zero.
   MultiLock(Client& client, std::vector<LockSpec> locks, MutexOptions options = {});
 
   // Blocks until every member is granted. Throws Error.
@@ -112,6 +123,15 @@ class MultiLock {
   MultiLease acquire(std::stop_token stop, const AcquireOptions& options = {});
   // Nullopt when the whole set is not granted within `timeout`.
   std::optional<MultiLease> try_acquire_for(std::chrono::milliseconds timeout, const AcquireOptions& options = {});
+  // As FairMutex::acquire_async: no thread per waiter; `done` runs once, on
+  // the client's callback thread, with the whole set or the error (timeout,
+  // cancelled, would_deadlock, ...). `timeout` (zero: none) is one deadline
+  // across all members; `stop` bounds the wait. On failure the members
+  // already taken are released (release_async, reverse order) before `done`
+  // runs, and the failing member's waiting node is deleted.
+  void acquire_async(MultiAcquireCallback done, const AcquireOptions& options = {},
+                     std::chrono::milliseconds timeout = std::chrono::milliseconds::zero(),
+                     std::stop_token stop = {});
 
   // The members in acquisition order: sorted by path, duplicates merged.
   const std::vector<LockSpec>& locks() const noexcept { return locks_; }
@@ -120,6 +140,11 @@ class MultiLock {
   // The one path behind the three forms. `deadline` unset: none. Errors
   // (including Errc::timeout) are thrown after the taken members are released.
   MultiLease run(std::stop_token stop, std::optional<Clock::time_point> deadline, const AcquireOptions& options);
+  // acquire_async's chain: takes member `run->taken.size()` next.
+  struct AsyncRun;
+  static void step(std::shared_ptr<AsyncRun> run);
+  // The owner every member is requested by (see the file comment).
+  AcquireOptions with_owner(const AcquireOptions& options) const;
 
   Client* client_;
   std::vector<LockSpec> locks_;

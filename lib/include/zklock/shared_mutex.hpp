@@ -38,10 +38,14 @@
 #include <string>
 
 #include "zklock/client.hpp"
-#include "zklock/fair_mutex.hpp"
 #include "zklock/lease.hpp"
+#include "zklock/options.hpp"
 
 namespace zklock {
+
+namespace detail {
+struct RetainSlot;
+}
 
 class FairSharedMutex {
  public:

@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "zklock/mode.hpp"
+#include "zklock/path.hpp"  // split_path, validate_lock_path: node names live under lock paths
 
 namespace zklock {
 
@@ -58,20 +59,5 @@ std::string new_guid();
 // on children guarantee. Equal values happen on servers whose counter
 // saturates at 2147483647 (ZooKeeper 3.8.0); callers order ties by czxid.
 int compare_sequence(std::int32_t a, std::int32_t b) noexcept;
-
-// Splits "/a/b/c" into parent "/a/b" and name "c". Root's children have parent "/".
-std::pair<std::string, std::string> split_path(std::string_view path);
-
-// Validates the syntax of an absolute ZooKeeper path: starts with '/', no
-// empty, "." or ".." components, no trailing '/' (except "/" itself), no
-// control characters. Throws Error(Errc::invalid_argument) naming the
-// problem, with `what` ("path", "lock path") as the noun.
-void validate_path_syntax(std::string_view path, std::string_view what = "path");
-
-// Validates an absolute ZooKeeper path as a lock path: starts with '/', no
-// empty, "." or ".." components, no trailing '/', not "/" itself, no NUL or
-// control characters, and outside /zookeeper and /zklock. Throws Error
-// (Errc::invalid_argument) with a message naming the problem.
-void validate_lock_path(std::string_view path);
 
 }  // namespace zklock
