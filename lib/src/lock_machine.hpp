@@ -175,11 +175,13 @@ class LockMachine {
   // lost create ran, so the next listing settles it (shows each such node).
   enum class Doubt { none, open, barrier_ran };
 
-  // A re-take in flight (phase retaking only).
+  // A re-take in flight (phase retaking only). No default member
+  // initializers: clang 14 then cannot default-construct it inside
+  // std::optional while LockMachine is being defined.
   struct Retake {
-    std::uint64_t touch_tag = 0;
-    Rc touch_rc = Rc::connection_loss;  // until answered
-    std::int64_t mzxid = 0;             // the setData's: the re-take's token
+    std::uint64_t touch_tag;  // the setData in flight (0: answered)
+    Rc touch_rc;              // its answer; connection_loss until answered
+    std::int64_t mzxid;       // the setData's: the re-take's token
   };
 
   void send_create(Commands& out);

@@ -47,8 +47,7 @@ void LockMachine::on_children_changed(const MachineEvent& ev, Commands& out) {
 void LockMachine::on_retake(Commands& out) {
   if (phase_ != Phase::retained) return;
   phase_ = Phase::retaking;
-  retake_.emplace();
-  retake_->touch_tag = next_tag();
+  retake_ = Retake{next_tag(), Rc::connection_loss, 0};
   MachineRequest t{Req::touch};
   t.tag = retake_->touch_tag;
   t.name = own_.name;
