@@ -56,7 +56,7 @@ MachineEvent answer(Kind kind, std::uint64_t tag, const Status& st) {
 // watch_listings), or relisting after a reconnect before any listing had
 // shown them another node, sent N listings of a queue growing to N, each
 // parsed and held by its own machine — O(N^2) bytes from the server and in
-// memory (issue 31: 10,000 such waiters on one session grew a process past
+// memory (10,000 such waiters on one session grew a process past
 // 12 GB in the plain build, and CI's ASan stage to its OOM kill at 24 GB).
 std::shared_ptr<ListingBatch> batch_for(Client::Impl* impl, const std::string& path) {
   auto& t = *impl->attempt_tables;

@@ -1,4 +1,4 @@
-// A connection blip under 10,000 waiters of one lock on one session (issue 31).
+// A connection blip under 10,000 waiters of one lock on one session.
 //
 // CI's ASan stage was OOM-killed at 24 GB in AsyncTenThousandWaitersOnOneSession
 // after its connection blipped. The cause was not the reconnect: the first

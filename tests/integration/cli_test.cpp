@@ -442,7 +442,7 @@ TEST_F(CliTest, LsAndQueueShowHoldersWaitersAndForeignChildren) {
   }
 }
 
-// A retained lease's re-take (issue 16) rewrites the holder's data, unchanged,
+// A retained lease's re-take rewrites the holder's data, unchanged,
 // with setData: the one honest sign of retention ZooKeeper keeps. We make it
 // here exactly as the library does (same data, expected version) on a node
 // that `zklock exec` holds. Before it the holder is an ordinary one (an idle
