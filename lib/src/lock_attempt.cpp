@@ -193,8 +193,8 @@ void LockAttempt::execute_locked(LockMachine::Commands cmds) {
   const auto phase = machine_->phase();
   if (idle_listed_ && phase != LockMachine::Phase::retained) unlist_idle_locked();
   if (abandoned_ && phase == LockMachine::Phase::held) {
-    // Invariant (5): a re-take granted after its caller gave up. Nobody
-    // holds this grant; release it as a lease would (it may retain again).
+    // Invariant (7): a grant held back until its caller gave up. Nobody
+    // holds it; release it as a lease would (it may retain again).
     abandoned_ = false;
     execute_locked(machine_->step(MachineEvent{Kind::release}));
     if (machine_->phase() == LockMachine::Phase::retained) retain_locked();
@@ -222,11 +222,12 @@ void LockAttempt::execute_locked(LockMachine::Commands cmds) {
 void LockAttempt::report_locked(const MachineOutcome& c) {
   switch (c.kind) {
     case Out::granted: {
-      node_path_ = child_path(machine_->node_name());
-      const auto parsed = parse_lock_node_name(machine_->node_name());
-      token_ = FencingToken(ensemble_id_, c.token, parsed ? parsed->sequence : 0);
+      if (grant_ == 0) {  // a re-take grants the same node with the same token
+        node_path_ = child_path(machine_->node_name());
+        const auto parsed = parse_lock_node_name(machine_->node_name());
+        token_ = FencingToken(ensemble_id_, c.token, parsed ? parsed->sequence : 0);
+      }
       ++grant_;
-      retake_.reset();
       end_acquiring_locked();
       if (grant_ > 1) {
         // A re-take: the earlier lease's token and callbacks stay quiet (its

@@ -29,10 +29,10 @@
 //      on its own grant, on_lost callbacks included (a release drops them).
 //      An idle retained attempt is owned by its mutex's RetainSlot; its
 //      retain timer holds only a weak reference.
-//  (5) A re-take is bounded by its request's timeout and stop_token: the
-//      caller gets the error then, and a grant that comes after it is
-//      released at once (`abandoned_`); a void re-take's fallback gets only
-//      the time left.
+//  (5) A re-take is decided inside the caller's call: granted locally (no
+//      request, no timer, no thread hop before `done`) or void, and then a
+//      normal acquisition with the request's whole timeout (`fallback_`,
+//      set only during that call).
 //  (6) An owner with an acquisition under way in this client has no idle
 //      retained node in it (AttemptTables::owners): each non-re-take start
 //      ends the owner's idle retentions before its create is sent, and a
@@ -145,9 +145,6 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   static bool retake_from_slot(AttemptRequest& request, Done& done);
   bool retake(AttemptRequest& fallback, Done& done);
   void retain_locked();  // REQUIRES mu_: the release kept the node; arm the timer, enter the slot
-  // The re-take numbered `grant` (grant_ when it began) gives up: its
-  // timeout or stop_token (invariant 5).
-  void cancel_retake(std::uint64_t grant, Errc errc, std::string message);
   void retake_void_locked(const std::string& why);  // REQUIRES mu_: the re-take did not grant
   // Invariant (6): this acquisition is under way; the owner's idle
   // retentions end. Before any concurrency (start).
@@ -207,13 +204,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   std::string node_path_;               // set when granted
   FencingToken token_;                  // GUARDED_BY(mu_): set when granted
   std::uint64_t grant_ = 0;             // GUARDED_BY(mu_): grants so far (invariant 4)
-  // A re-take in flight: its normal acquisition if void, and its deadline
-  // (the request's timeout from its start; none: no timeout).
-  struct Retake {
-    AttemptRequest fallback;
-    std::optional<Clock::time_point> deadline;
-  };
-  std::unique_ptr<Retake> retake_;  // GUARDED_BY(mu_)
+  AttemptRequest* fallback_ = nullptr;  // GUARDED_BY(mu_): inside retake() only (invariant 5)
   Client::Impl::TimerId retain_timer_ = 0;
   std::optional<LossReason> loss_;      // GUARDED_BY(mu_)
   std::string loss_detail_;
@@ -227,7 +218,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   bool registered_ = false;
   bool keeping_alive_ = false;
   bool awaiting_valid_ = false;  // GUARDED_BY(mu_): granted, held back until provable (invariant 7)
-  bool abandoned_ = false;   // GUARDED_BY(mu_): a re-take whose caller gave up (invariant 5)
+  bool abandoned_ = false;   // GUARDED_BY(mu_): a held-back grant whose caller gave up (invariant 7)
   bool acquiring_ = false;   // GUARDED_BY(mu_): counted in AttemptTables::owners (invariant 6)
   bool idle_listed_ = false; // GUARDED_BY(mu_): listed there as idle
   Clock::time_point handed_out_at_{};  // GUARDED_BY(mu_): the grant's hand-out, read only with an observer

@@ -118,9 +118,9 @@ void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std:
 }
 
 // A data read with a watch; a deletion is fed as `fired` with the request's
-// tag. Any other notification (the data changed: a retained node re-taken by
-// its owner) re-arms the watch — or, for our own node, goes to the machine
-// (own_changed), which decides whether to watch again.
+// tag. Any other notification (someone wrote the node's data; zklock never
+// does) re-arms a blocker's watch, and for our own node goes to the machine
+// (own_changed), which watches again.
 //
 // getData, not exists: on a node already gone, exists leaves a watch for the
 // node's creation, which for a sequential name never comes. The C client
@@ -208,16 +208,6 @@ void LockAttempt::send_locked(const MachineRequest& c) {
     case Req::list:
     case Req::list_watch:  // batched alike; the watch is shared (issue_listing)
       list_locked(tag, c.kind == Req::list_watch);
-      break;
-    case Req::touch:  // the node data unchanged, at the expected version
-      impl_->set_data(child_path(c.name), data_, c.version, [feed_to, tag](Status st, const Stat& stat) {
-        MachineEvent ev = answer(Kind::touched, tag, st);
-        if (st.ok()) {
-          ev.mzxid = stat.mzxid;
-          ev.version = stat.version;
-        }
-        feed_to(ev);
-      });
       break;
     case Req::read_stats: {
       auto stats = std::make_shared<std::vector<NodeStat>>(c.names.size());

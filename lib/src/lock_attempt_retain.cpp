@@ -2,9 +2,10 @@
 //
 // The machine decides when a node may be kept and when a re-take grants
 // (lock_machine.hpp, invariant 5); this file keeps the idle attempt alive in
-// its mutex's RetainSlot, hands it a re-take by the same owner within the
-// request's timeout and stop_token, and ends an owner's idle retentions
-// when that owner queues anywhere (lock_attempt.hpp, invariants 5 and 6).
+// its mutex's RetainSlot, hands it a re-take by the same owner (with the
+// clock's verdict on the validity bound), and ends an owner's idle
+// retentions when that owner queues anywhere (lock_attempt.hpp, invariants
+// 5 and 6).
 #include <algorithm>
 #include <utility>
 
@@ -77,67 +78,39 @@ void LockAttempt::retain_locked() {
   if (displaced) outbox_.push_back([displaced] { displaced->end_retention(); });
 }
 
+// Invariant (5): decided inside this call, on the caller's thread. The
+// machine grants the node's own czxid again (no request) or voids the
+// re-take; then the fallback is a normal acquisition, started from the
+// outbox once mu_ is released, with the request's whole timeout.
 bool LockAttempt::retake(AttemptRequest& fallback, Done& done) {
   bool taken = false;
   locked([&] {
     if (!machine_ || !machine_->may_retake(holder_for(*client_, fallback))) return;
+    if (fallback.stop.stop_requested()) return;  // cancelled already: it fails as a normal acquisition
     if (!enter_registry()) return;
     taken = true;
     if (retain_timer_ != 0) impl_->cancel(retain_timer_);
     retain_timer_ = 0;
     done_ = std::move(done);
-    // Invariant (5): the request's timeout runs from here, through the
-    // fallback if the re-take is void; its stop_token cancels either.
-    const auto timeout = fallback.timeout;
-    retake_ = std::make_unique<Retake>(Retake{std::move(fallback), std::nullopt});
-    const std::uint64_t gen = grant_;  // a later re-take's cancel finds grant_ moved on
-    std::weak_ptr<LockAttempt> weak = weak_from_this();
-    if (timeout > std::chrono::milliseconds::zero()) {
-      retake_->deadline = Clock::now() + timeout;
-      timer_ = impl_->schedule_at(*retake_->deadline, [weak, gen, path = req_.lock_path] {
-        if (auto s = weak.lock()) s->cancel_retake(gen, Errc::timeout, "timed out waiting for " + path);
-      });
-    }
-    if (retake_->fallback.stop.stop_possible()) {
-      // Made under mu_, and it runs inline if the stop was requested
-      // already: so it only defers the cancel. The one it replaces goes
-      // unlocked (its callback may be waiting for mu_).
-      if (stop_cb_) outbox_.push_back([old = std::shared_ptr<std::stop_callback<std::function<void()>>>(std::move(stop_cb_))] {});
-      stop_cb_ = std::make_unique<std::stop_callback<std::function<void()>>>(
-          retake_->fallback.stop, std::function<void()>([impl = impl_ref_, weak, gen, path = req_.lock_path] {
-            impl->defer([weak, gen, path] {
-              if (auto s = weak.lock()) s->cancel_retake(gen, Errc::cancelled, "acquisition of " + path + " cancelled");
-            });
-          }));
-    }
     pending_self_ = shared_from_this();
-    execute_locked(machine_->step(MachineEvent{Kind::retake}));
+    MachineEvent ev{Kind::retake};
+    ev.within_bound = impl_->epoch() == epoch_ && Clock::now() < impl_->valid_until();
+    fallback_ = &fallback;
+    execute_locked(machine_->step(ev));
+    fallback_ = nullptr;
   });
   return taken;
 }
 
-// REQUIRES mu_. Queue anew: the machine's remove went out first, so a
-// waiter the re-take's listing found is ahead of our new node. With the time
-// the re-take left (invariant 5); none left is the request's timeout.
+// REQUIRES mu_, inside retake(). Queue anew: the machine's remove went out
+// first, so a waiter is ahead of our new node.
 void LockAttempt::retake_void_locked(const std::string& why) {
   finish_locked();
   impl_->defer([keep = std::move(pending_self_)] {});
-  abandoned_ = false;  // nothing to release: the node is going
   auto done = std::exchange(done_, nullptr);
-  auto retake = std::move(retake_);
-  impl_->log->debug("re-take of {} void: {}", req_.lock_path, why);
-  if (!done || !retake) return;
-  if (retake->deadline) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(*retake->deadline - Clock::now());
-    if (left <= std::chrono::milliseconds::zero()) {
-      outbox_.push_back([done = std::move(done), path = req_.lock_path] {
-        done(AcquireResult{Lease(), Error(Errc::timeout, "timed out waiting for " + path)});
-      });
-      return;
-    }
-    retake->fallback.timeout = left;
-  }
-  outbox_.push_back([client = client_, done = std::move(done), fallback = std::move(retake->fallback)]() mutable {
+  impl_->log->debug("re-take of {} not local: {}", req_.lock_path, why);
+  if (!done || !fallback_) return;
+  outbox_.push_back([client = client_, done = std::move(done), fallback = std::move(*fallback_)]() mutable {
     try {
       LockAttempt::start(*client, std::move(fallback), done);
     } catch (const Error& e) {
@@ -145,23 +118,6 @@ void LockAttempt::retake_void_locked(const std::string& why) {
     } catch (const std::exception& e) {
       done(AcquireResult{Lease(), Error(Errc::system_error, e.what())});
     }
-  });
-}
-
-// The machine waits for its setData and listing whatever the caller does, so
-// the shell answers the caller now, keeps the attempt alive until the
-// machine is done, and releases a grant that still comes (execute_locked).
-void LockAttempt::cancel_retake(std::uint64_t grant, Errc errc, std::string message) {
-  locked([&] {
-    if (awaiting_valid_ && grant_ == grant + 1 && done_) {  // granted, held back (invariant 7): the same end
-      give_up_awaiting_locked(Error(errc, message + " (granted, but the session's validity could not be proven in time)"));
-      return;
-    }
-    if (!machine_ || machine_->phase() != LockMachine::Phase::retaking || grant_ != grant || !done_) return;
-    abandoned_ = true;
-    retake_.reset();
-    deliver_locked(Error(errc, std::move(message)));  // the timer and the registry entry go too
-    keep_alive_while_cleaning();
   });
 }
 

@@ -24,7 +24,7 @@ bool MachineEvent::is_answer() const {
   switch (kind) {
     case Kind::created: case Kind::parents_made: case Kind::listed: case Kind::stats_read:
     case Kind::blocker_checked: case Kind::marker_read: case Kind::own_checked: case Kind::record_read:
-    case Kind::removed: case Kind::touched:
+    case Kind::removed:
       return true;
     default:
       return false;
@@ -154,30 +154,15 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
     case Kind::listed: {
       if (!is(round_.list_tag)) break;
       const auto listing = ev.listing ? ev.listing : parse_listing(ev.children);
-      if (phase_ == Phase::retaking) {
-        on_retake_listed(ev, *listing, out);
-        break;
-      }
       note_listing(ev, *listing);
       cover_own(out);  // (6): unless the watch is armed and we may be alone
       on_listed(ev, listing, out);
       break;
     }
-    case Kind::touched:
-      if (!retake_ || !is(retake_->touch_tag)) break;
-      retake_->touch_rc = ev.rc;
-      if (ev.rc == Rc::ok) {
-        own_.version = ev.version;
-        retake_->mzxid = ev.mzxid;
-      }
-      break;
     case Kind::own_changed:
-      if (!is(own_.watch_tag)) break;
-      // Only we rewrite our node (a re-take's setData). Re-arming would cost
-      // a read per re-take; the children watch sees our node's deletion too.
-      // The children watch of the re-take's listing covers our node (6).
-      own_.covered = true;
-      cover_own(out);
+      // Someone else wrote our node's data (zklock never does): the
+      // deletion watch is spent. Watch again (invariant 6).
+      if (is(own_.watch_tag) && own_.state == NodeState::exists) watch_own(out);
       break;
     case Kind::children_changed:
       on_children_changed(ev, out);
@@ -229,7 +214,7 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
       on_release(out);
       break;
     case Kind::retake:
-      on_retake(out);
+      on_retake(ev, out);
       break;
     case Kind::retain_over:
       if (phase_ == Phase::retained) end_retention(out);

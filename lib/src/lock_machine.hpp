@@ -35,12 +35,12 @@
 //      it, or when the one blocker that listing showed is proven gone.
 //  (5) Retained leases (config.retain): a release keeps the node only when
 //      a children watch is armed and has not fired, and the listing that set
-//      it and every later one showed no other node. (A re-take lists without
-//      a watch while one is armed: one per lock, not one per re-take.)
-//      A re-take grants only when its setData
-//      (expected version) succeeded and the listing behind it shows no node
-//      but ours; its token is that setData's mzxid. Otherwise the retention
-//      ends with the usual release (delete + marker) and `retake_void`.
+//      it and every later one showed no other node (nobody_queued). The
+//      notification of that watch ends the retention at once. A re-take is
+//      local — no request — and grants the node's own czxid again, only while
+//      retained, connected, inside the validity bound (the event says), the
+//      watch quiet and no loss seen; otherwise it is void: the retention ends
+//      with the usual release (delete + marker) and `retake_void`.
 //  (6) While our node exists and we wait or hold, its deletion is seen: a
 //      deletion watch on it is armed (watch_own), or the children watch of
 //      the latest listing (one issued after our create, so showing our node
@@ -72,9 +72,9 @@ class LockMachine {
  public:
   using Commands = MachineCommands;
   using Clock = std::chrono::steady_clock;
-  // retained: released by the user, node kept idle; retaking: re-take in
-  // flight; ending: a retained node being released for real (no lease).
-  enum class Phase { idle, acquiring, held, releasing, retained, retaking, ending, failed, released };
+  // retained: released by the user, node kept idle; ending: a retained
+  // node being released for real (no lease).
+  enum class Phase { idle, acquiring, held, releasing, retained, ending, failed, released };
 
   explicit LockMachine(MachineConfig config);
 
@@ -132,7 +132,6 @@ class LockMachine {
     NodeState state = NodeState::none;
     std::string name;
     std::int64_t czxid = 0;
-    std::int32_t version = 0;     // its data version (a re-take's setData expects it)
     std::uint64_t watch_tag = 0;  // the latest watch_own (0: none, or it fired)
     // No watch of its own: the children watch stands in for it (invariant 6).
     bool covered = false;
@@ -175,15 +174,6 @@ class LockMachine {
   // lost create ran, so the next listing settles it (shows each such node).
   enum class Doubt { none, open, barrier_ran };
 
-  // A re-take in flight (phase retaking only). No default member
-  // initializers: clang 14 then cannot default-construct it inside
-  // std::optional while LockMachine is being defined.
-  struct Retake {
-    std::uint64_t touch_tag;  // the setData in flight (0: answered)
-    Rc touch_rc;              // its answer; connection_loss until answered
-    std::int64_t mzxid;       // the setData's: the re-take's token
-  };
-
   void send_create(Commands& out);
   void relist(Commands& out);     // a fresh listing; older answers become stale
   void transient(Commands& out);  // a step's outcome is unknown: list again (now, or on reconnect)
@@ -218,12 +208,11 @@ class LockMachine {
   // Retained leases (invariant 5).
   void on_release(Commands& out);
   void on_children_changed(const MachineEvent& ev, Commands& out);
-  void on_retake(Commands& out);
-  void on_retake_listed(const MachineEvent& ev, const Listing& listing, Commands& out);
+  void on_retake(const MachineEvent& ev, Commands& out);
   void end_retention(Commands& out);  // the real release of a retained node
   void release_done(Commands& out);   // our node is gone: releasing/ending -> released
   bool nobody_queued() const { return children_.state == Watch::quiet; }
-  void void_retake(Rc touch_rc, std::string why, Commands& out);
+  void void_retake(std::string why, Commands& out);
   bool acquiring() const { return phase_ == Phase::acquiring; }
   std::string guid_for(std::uint32_t n) const;  // the GUID of our n-th create
   bool ours(std::string_view guid) const;       // a GUID of one of our creates
@@ -242,7 +231,6 @@ class LockMachine {
   Obligations duties_;
   Doubt doubt_ = Doubt::none;
   std::uint64_t barrier_tag_ = 0;  // the write barrier in flight
-  std::optional<Retake> retake_;
   std::optional<LossReason> loss_;
   bool others_seen_ = false;       // a listing showed another node, or the children watch fired
   int parent_attempts_ = 0;

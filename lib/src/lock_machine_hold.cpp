@@ -113,6 +113,7 @@ void LockMachine::on_session(const MachineEvent& ev, Commands& out) {
       }
       break;
     case Kind::validity_expired:
+      if (phase_ == Phase::retained) end_retention(out);  // the node may be gone: no re-take on it
       if (phase_ == Phase::held) {
         lose(LossReason::validity_expired, "the validity bound passed; the session may have expired", out);
         // Still connected (a pause, or answers the leader never ordered):
@@ -184,14 +185,6 @@ void LockMachine::on_expired(Commands& out) {
       phase_ = Phase::released;
       report(out, MachineOutcome{Out::released});
       break;
-    case Phase::retaking: {
-      phase_ = Phase::released;
-      retake_.reset();
-      MachineOutcome c{Out::retake_void};
-      c.message = "the ZooKeeper session expired";
-      report(out, std::move(c));
-      break;
-    }
     case Phase::retained:
     case Phase::ending:
       phase_ = Phase::released;  // the retention ends silently: no lease exists

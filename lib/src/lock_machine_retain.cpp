@@ -9,7 +9,6 @@
 namespace zklock::detail {
 namespace {
 
-using Req = MachineRequest::Kind;
 using Out = MachineOutcome::Kind;
 
 }  // namespace
@@ -25,79 +24,36 @@ void LockMachine::on_children_changed(const MachineEvent& ev, Commands& out) {
     return;
   }
   // Held or waiting with no watch of its own on our node: is it still there
-  // (6)? Otherwise acquiring: the listings decide; retaking: the re-take's listing.
+  // (6)? Otherwise acquiring: the listings decide.
   cover_own(out);
 }
 
-// The re-take: setData on our node with its expected version, then the
-// listing, pipelined. Session order puts the listing after the setData's
-// transaction (zxid Z): any node created before Z is listed (unless already
-// gone), so a re-take that lists only our node grants with token Z, and
-// every later waiter is created after Z.
-//
-// The listing re-arms the children watch only if none is armed. An armed one
-// has not fired, so no child changed since it was set; it still tells us of
-// the next waiter. The server keeps one watch per path and session anyway,
-// but the client keeps a callback per watching call until the watch fires:
-// re-arming on every re-take would grow that list without bound on a lock
-// re-taken for hours with nobody else queueing (and fire all of it at the
-// first waiter). If the armed watch fires before this listing is answered,
-// the notification comes first (one connection, in order) and clears it: the
-// re-take may still grant, but the release then does not retain.
-void LockMachine::on_retake(Commands& out) {
+// The re-take, local (invariant 5). Our node has existed since its create,
+// and nothing created later is ahead of it: no other holder can have been
+// granted while it exists. Connected and inside the validity bound, the
+// session is not over, so an expiry has not taken the node; the quiet
+// watch says no child changed since the listing that set it, so nobody
+// queued and nobody deleted it — unless that news is on its way right now
+// (a revocation in flight), which is the window of any holder whose node
+// was just deleted: the notification, due any moment, reports the loss
+// (cover_own), and the fencing token (the same czxid, below every later
+// grant's) refuses its writes once the successor has written.
+void LockMachine::on_retake(const MachineEvent& ev, Commands& out) {
   if (phase_ != Phase::retained) return;
-  phase_ = Phase::retaking;
-  retake_ = Retake{next_tag(), Rc::connection_loss, 0};
-  MachineRequest t{Req::touch};
-  t.tag = retake_->touch_tag;
-  t.name = own_.name;
-  t.version = own_.version;
-  out.requests.push_back(std::move(t));
-  round_.list_tag = next_tag();
-  if (children_.armed()) {
-    send(out, Req::list, round_.list_tag);
-    return;
+  if (link_ != Link::up) {
+    void_retake("disconnected: the retained node cannot be trusted until the session is back", out);
+  } else if (!ev.within_bound) {
+    void_retake("the session's validity bound has lapsed: the node may be gone", out);
+  } else if (!nobody_queued() || own_.state != NodeState::exists || loss_) {
+    void_retake("something changed under the lock since the node was retained", out);
+  } else {
+    grant(own_.czxid, out);  // the first grant's token: the same node
   }
-  children_ = {Watch::sent, round_.list_tag};
-  send(out, Req::list_watch, round_.list_tag);
 }
 
-void LockMachine::on_retake_listed(const MachineEvent& ev, const Listing& listing, Commands& out) {
-  // (A setData unanswered before its listing cannot happen in session
-  // order: its outcome counts as unknown.)
-  const Retake r = *std::exchange(retake_, std::nullopt);
-  const Rc touch_rc = r.touch_tag != 0 ? Rc::connection_loss : r.touch_rc;
-  if (ev.rc != Rc::ok) {
-    children_ = {};  // a watch this listing would have set is not known to be set
-  } else if (ev.tag == children_.tag) {
-    children_.state = Watch::busy;  // armed; quiet only if the re-take grants
-  }
-  bool alone = ev.rc == Rc::ok, listed_self = false;
-  for (const auto& e : listing.nodes) {  // foreign children are not part of the queue
-    if (e.node.name == own_.name) listed_self = true;
-    else alone = false;
-  }
-  if (touch_rc == Rc::ok && alone && listed_self) {
-    if (children_.armed()) children_.state = Watch::quiet;
-    grant(r.mzxid, out);  // invariant (5): the setData's zxid is the token
-    return;
-  }
-  if (children_.armed()) children_.state = Watch::busy;
-  void_retake(touch_rc, touch_rc == Rc::no_node ? "our retained node is gone (session expired or revoked)"
-                        : touch_rc != Rc::ok    ? "the re-take's setData failed or its outcome is unknown"
-                        : !alone                ? "another node is queued: queueing behind it"
-                                                : "our node is not listed",
-              out);
-}
-
-// The re-take does not grant: release for real (the remove goes out before
-// the caller's new create, so a waiter found by the listing goes first).
-void LockMachine::void_retake(Rc touch_rc, std::string why, Commands& out) {
-  if (touch_rc == Rc::no_node && own_.state == NodeState::exists) {
-    own_.state = NodeState::gone;
-    own_.watch_tag = 0;
-    notice(out, "retained node " + own_.name + " of " + cfg_.lock_path + " was deleted while idle");
-  }
+// The re-take cannot be local: release for real (the remove goes out before
+// the caller's new create, so a waiter goes first).
+void LockMachine::void_retake(std::string why, Commands& out) {
   phase_ = Phase::ending;
   remove_own(Duty::remove_marked, out);
   MachineOutcome c{Out::retake_void};

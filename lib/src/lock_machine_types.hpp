@@ -58,11 +58,10 @@ struct MachineEvent {
     own_checked,      // watch_own: rc
     record_read,      // read_record: rc; data
     removed,          // remove / remove_extra: rc
-    touched,          // touch: rc; mzxid and version when ok
     // watch notifications (tag of the request that set the watch)
     blocker_deleted,
     own_deleted,
-    own_changed,       // our node's data changed (our own re-take's setData)
+    own_changed,       // our node's data changed (someone else wrote it): the watch is spent
     children_changed,  // list_watch's children watch fired
     // session (epoch)
     disconnected,
@@ -72,7 +71,7 @@ struct MachineEvent {
     // the user
     cancel,   // errc (timeout / cancelled), detail
     release,  // the lease's release
-    retake,       // retained: the same owner asks for the lock again
+    retake,       // retained: the same owner asks for the lock again; within_bound
     retain_over,  // retained: the retain time ran out, or the retention is given up
   };
   Kind kind;
@@ -82,8 +81,10 @@ struct MachineEvent {
   std::string detail;                  // rc == error: what failed; cancel: message
   std::string name;                    // created
   std::int64_t czxid = 0;              // created
-  std::int64_t mzxid = 0;              // touched
-  std::int32_t version = 0;            // touched: the node's new data version
+  // retake: the session's validity bound is still ahead of the shell's clock
+  // (now < Client::valid_until() on the attempt's session). Time stays out
+  // of the machine: the shell reads the clock, the machine decides.
+  bool within_bound = false;
   std::vector<std::string> children;   // listed (parsed by the machine when `listing` is null)
   std::shared_ptr<const Listing> listing;  // listed: the parsed listing, shared
   std::vector<NodeStat> stats;         // stats_read
@@ -102,7 +103,6 @@ struct MachineRequest {
     make_parents,  // create the lock path and its ancestors as containers → parents_made
     list,          // getChildren(<lock>), no watch (the shell may batch it) → listed
     list_watch,    // getChildren(<lock>) with a children watch (the shell may batch it: the watch then fires to each)
-    touch,         // setData(<lock>/<name>, the node data unchanged, expected `version`) → touched
     read_stats,    // exists(<lock>/<name>) for each of `names`, no watch, pipelined → stats_read
     watch_blocker, // getData(<lock>/<name>) with a watch: the deletion watch → blocker_checked, blocker_deleted
     read_marker,   // getData(<lock>): the hand-off marker → marker_read
@@ -116,17 +116,16 @@ struct MachineRequest {
   std::string name;
   std::vector<std::string> names;
   bool with_marker = false;
-  std::int32_t version = -1;  // touch: the expected data version
 };
 
 // What the attempt reports to its lease or caller.
 struct MachineOutcome {
   enum class Kind {
-    granted,      // token: the czxid of a fresh node, the mzxid of a re-take
+    granted,      // token: the czxid of the granted node (a re-take's too: the same node)
     failed,       // errc, message
     lost,         // reason, message
     released,     // the release finished: the node is gone, or retained idle (the lease is over)
-    retake_void,  // the re-take did not grant (message: why); queue anew. The node is being released.
+    retake_void,  // the re-take cannot be local (message: why); queue anew. The node is being released.
     notice,       // something worth a log line (message), reported to no lease
   };
   Kind kind;

@@ -223,7 +223,7 @@ struct RevokeCall : std::enable_shared_from_this<RevokeCall> {
       client.stat_async(request.victims[i].node, nullptr,
                         [self = shared_from_this(), remaining, i](Status s, const Stat& st) {
                           if (s.ok()) {
-                            self->request.victims[i].token_zxid = st.mzxid;
+                            self->request.victims[i].token_zxid = st.czxid;
                             self->request.victims[i].version = st.version;
                           }
                           if (remaining->fetch_sub(1) == 1) self->run_multi();

@@ -20,7 +20,8 @@
 //
 // Inputs: `> start`, `> state` (prints the machine's phase and flags), and
 // `> <event kind> key=value ...` with the keys tag, epoch (default: the
-// config's), rc, name, czxid, mzxid, version, children=a,b  stats=ok:5,no_node
+// config's), rc, name, czxid, bound=held|lapsed (retake: the validity bound;
+// held unless said), children=a,b  stats=ok:5,no_node
 // data, errc, detail. Values with spaces go in double or single quotes. An
 // input with no command prints `(nothing)`.
 //
@@ -81,7 +82,6 @@ const std::vector<std::pair<Kind, std::string>>& event_names() {
       {Kind::own_checked, "own_checked"},
       {Kind::record_read, "record_read"},
       {Kind::removed, "removed"},
-      {Kind::touched, "touched"},
       {Kind::blocker_deleted, "blocker_deleted"},
       {Kind::own_deleted, "own_deleted"},
       {Kind::own_changed, "own_changed"},
@@ -302,6 +302,7 @@ MachineEvent parse_event(const std::string& text, const MachineConfig& cfg, Name
   if (it == kinds.end()) throw std::runtime_error("unknown event '" + head + "'");
   MachineEvent ev{it->first};
   ev.epoch = cfg.epoch;
+  ev.within_bound = true;  // a retake inside the bound unless bound=lapsed
   for (const auto& [k, v] : args) {
     if (k == "tag") {
       ev.tag = static_cast<std::uint64_t>(parse_int(v));
@@ -313,10 +314,9 @@ MachineEvent parse_event(const std::string& text, const MachineConfig& cfg, Name
       ev.name = names.expand(v);
     } else if (k == "czxid") {
       ev.czxid = parse_int(v);
-    } else if (k == "mzxid") {
-      ev.mzxid = parse_int(v);
-    } else if (k == "version") {
-      ev.version = static_cast<std::int32_t>(parse_int(v));
+    } else if (k == "bound") {
+      if (v != "held" && v != "lapsed") throw std::runtime_error("bound=held|lapsed, not '" + v + "'");
+      ev.within_bound = v == "held";
     } else if (k == "children") {
       for (const auto& c : split(v, ',')) ev.children.push_back(names.expand(c));
     } else if (k == "stats") {
@@ -349,7 +349,6 @@ std::string print_request(const MachineRequest& c, const Names& names) {
     case Req::make_parents: return "make_parents" + tag();
     case Req::list: return "list" + tag();
     case Req::list_watch: return "list_watch" + tag();
-    case Req::touch: return "touch" + tag() + name() + " version=" + std::to_string(c.version);
     case Req::read_stats: {
       s = "read_stats" + tag() + " names=";
       for (std::size_t i = 0; i < c.names.size(); ++i) s += (i ? "," : "") + names.shorten(c.names[i]);
@@ -392,7 +391,6 @@ const char* phase_name(LockMachine::Phase p) {
     case P::held: return "held";
     case P::releasing: return "releasing";
     case P::retained: return "retained";
-    case P::retaking: return "retaking";
     case P::ending: return "ending";
     case P::failed: return "failed";
     case P::released: return "released";

@@ -113,11 +113,11 @@ TEST(Revocation, ModeAllWritesARecordPerDeletedNode) {
   EXPECT_EQ(ops[7].version, -1);  // no version read: any
 }
 
-// A victim's token is its latest grant's zxid, and its delete expects the
+// A victim's token is its node's czxid, and its delete expects the
 // version read with it (revoke_async fills both from one stat).
 TEST(Revocation, TheTokenAndTheDeleteFollowTheVictimsStat) {
   auto q = request();
-  q.victims[0].token_zxid = 4242;  // a re-take's mzxid
+  q.victims[0].token_zxid = 4242;  // the node's czxid
   q.victims[0].version = 3;
   const auto ops = revocation_ops(q, "123e4567-e89b-12d3-a456-426614174000");
   EXPECT_EQ(decode_revocation_record(ops[5].data)->victim_token, "123e4567-e89b-12d3-a456-426614174000:4242");
@@ -154,7 +154,7 @@ TEST(Revocation, InterpretsEveryFailure) {
   EXPECT_EQ(parent.outcome, RevokeOutcome::failed);
   EXPECT_EQ(parent.detail.rfind("create of record", 0), 0u);
   EXPECT_EQ(interpret_revocation(q, Status{-101}, failed_at(n, 6, Errc::no_node)).outcome, RevokeOutcome::aborted);
-  // The victim re-taken by its owner since revoke_async read its version.
+  // The victim's data rewritten (by someone else: zklock never writes it) since revoke_async read its version.
   EXPECT_EQ(interpret_revocation(q, Status{-103}, failed_at(n, 6, Errc::bad_version)).outcome,
             RevokeOutcome::aborted);
   EXPECT_EQ(interpret_revocation(q, Status{-102}, failed_at(n, 6, Errc::no_auth)).outcome, RevokeOutcome::failed);

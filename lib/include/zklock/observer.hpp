@@ -35,7 +35,7 @@ class LockObserver {
   // An acquisition began (blocking, timed, try_ or async; a re-take too).
   virtual void acquire_started(std::string_view /*lock_path*/) {}
   // It ended with a lease, `wait` after acquire_started. `retained`: a
-  // re-take of this client's idle retained node (no queueing, one write)
+  // local re-take of this client's idle retained node (no request at all)
   // rather than a full round through the queue.
   virtual void granted(std::string_view /*lock_path*/, Duration /*wait*/, bool /*retained*/) {}
   // It ended without one: `code` is the error the caller gets

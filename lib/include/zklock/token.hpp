@@ -1,14 +1,15 @@
 // FencingToken: the proof of acquisition that the protected resource checks.
 //
-// A token names the ZooKeeper transaction that granted the lock — the one
-// that created the lock node (its czxid), or for a retained lease's re-take
-// its setData (the node's mzxid; czxid() returns that number too) — and the
-// ensemble that issued it. For one lock, tokens strictly increase in grant
-// order because FIFO grant order equals creation order, a re-take's
-// transaction follows every earlier grant, and ZooKeeper's zxid is a 64-bit
-// counter that only grows. The node's sequence
-// number is carried for display only: it restarts when an emptied container
-// parent is reaped and saturates on ZooKeeper 3.8.0, so it never orders.
+// A token names the ZooKeeper transaction that created the granted lock
+// node (its czxid) and the ensemble that issued it. For one lock, tokens
+// never decrease in grant order, and a grant to another holder always has a
+// larger one: FIFO grant order equals creation order, and ZooKeeper's zxid
+// is a 64-bit counter that only grows. Successive holds of one retained
+// node inside one process (local re-takes) share its token: release only
+// after your writes completed, as with any mutex (docs/fencing.md). The
+// node's sequence number is carried for display only: it restarts when an
+// emptied container parent is reaped and saturates on ZooKeeper 3.8.0, so
+// it never orders.
 //
 // Tokens from different ensembles are unordered: compare() says so and a
 // resource must reject the write (see docs/fencing.md).

@@ -43,9 +43,9 @@ namespace zklock {
 struct RevocationTarget {
   std::string node;          // full path of a node to delete
   std::string owner;         // its owner id
-  // The zxid of the node's latest grant, for the record's token: its mzxid
-  // (a fresh node's czxid; a re-taken retained node's setData zxid). 0 if
-  // unknown. revoke_async() reads it, with `version`, just before the multi.
+  // The node's czxid, for the record's token: every grant of the node
+  // (a retained node's re-takes too) carries it. 0 if unknown.
+  // revoke_async() reads it, with `version`, just before the multi.
   std::int64_t token_zxid = 0;
   int version = -1;          // the delete's expected version (-1: any)
 };
