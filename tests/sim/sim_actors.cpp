@@ -22,7 +22,12 @@ void World::on_outcome(int id, const MachineOutcome& c) {
     case Cmd::granted:
       // Granted again only by a re-take, after the previous lease was released.
       if (rec.granted != rec.released || rec.failed) violate("outcome: " + who + " granted while granted, or after failing");
-      if (rec.granted > 0) ++counters_.retakes;
+      if (rec.granted > 0) {
+        ++counters_.retakes;
+        // (7) Fairness of retained locks: no re-take once the retainer was
+        // told of a waiter (unless a later listing showed it gone).
+        if (rec.waiter_told) violate("fairness (7): " + who + " re-took " + rec.held_path + " after its session delivered the watch event showing a waiter");
+      }
       ++rec.granted;
       rec.release_requested = rec.must_lose = rec.knew_at_release = false;
       rec.held_path = locks_[static_cast<std::size_t>(rec.lock)] + "/" + rec.m->node_name();
@@ -110,7 +115,12 @@ void World::actor_start(int ai) {
     if (rec.m->phase() == Phase::retained) {
       if (rec.lock == lock || rng_.chance(600)) {  // the same lock again: re-take
         a.ms.push_back(m);
-        feed(m, MachineEvent{Kind::retake});
+        // The shell's clock against the validity bound: lapsed once
+        // disconnected past it, and now and then while connected (a pause,
+        // or a heartbeat late under load).
+        MachineEvent ev{Kind::retake};
+        ev.within_bound = !slots_[static_cast<std::size_t>(a.slot)].validity_sent && !rng_.chance(100);
+        feed(m, ev);
         return;
       }
       feed(m, MachineEvent{Kind::retain_over});  // another lock: give the idle one up

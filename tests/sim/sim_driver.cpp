@@ -36,13 +36,13 @@ const char* rc_name(Rc rc) {
 }
 const char* event_name(Kind k) {
   static const char* names[] = {"created", "parents_made", "listed", "stats_read", "blocker_checked", "marker_read",
-                                "own_checked", "record_read", "removed", "touched", "blocker_deleted", "own_deleted",
+                                "own_checked", "record_read", "removed", "blocker_deleted", "own_deleted",
                                 "own_changed", "children_changed", "disconnected", "reconnected", "expired",
                                 "validity_expired", "cancel", "release", "retake", "retain_over"};
   return names[static_cast<int>(k)];
 }
 const char* command_name(Cmd k) {
-  static const char* names[] = {"create", "make_parents", "list", "list_watch", "touch", "read_stats",
+  static const char* names[] = {"create", "make_parents", "list", "list_watch", "read_stats",
                                 "watch_blocker", "read_marker", "watch_own", "read_record", "remove", "remove_extra"};
   return names[static_cast<int>(k)];
 }
@@ -107,7 +107,7 @@ void World::feed(int id, const MachineEvent& ev) {
     for (const auto& c : ev.children) l += " " + short_name(c);
     for (const auto& st : ev.stats) l += std::string(" [") + rc_name(st.rc) + " " + std::to_string(st.czxid) + "]";
     if (ev.kind == Kind::marker_read && ev.rc == Rc::ok) l += " data=" + short_name(ev.data);
-    if (ev.kind == Kind::touched && ev.rc == Rc::ok) l += " mzxid=" + std::to_string(ev.mzxid);
+    if (ev.kind == Kind::retake) l += ev.within_bound ? " within_bound" : " bound_lapsed";
     note(l);
   }
   apply(id, rec.m->step(ev));
@@ -187,16 +187,8 @@ void World::execute(int id, const MachineRequest& c) {
       r.watch = true;
       rt.kind = Kind::listed;
       rt.children_watch = true;
+      rec.watch_tag = c.tag;
       break;
-    case Cmd::touch: {  // setData, the content unchanged, at the expected version
-      const auto& a = actors_[static_cast<std::size_t>(rec.actor)];
-      r.kind = ReqKind::set_data;
-      r.path = lock + "/" + c.name;
-      r.data = a.owner;
-      r.version = c.version;
-      rt.kind = Kind::touched;
-      break;
-    }
     case Cmd::watch_blocker:
     case Cmd::watch_own:
       r.kind = ReqKind::get_data;  // as the shell: no watch is left on a node already gone
@@ -266,10 +258,21 @@ void World::on_reply(const Reply& rep) {
     ev.tag = rt.tag;
     if (rt.children_watch) {
       if (rep.what != Reply::Watch::children) return;
+      note_waiter_news(rt.machine);
+      auto& rec = machines_[static_cast<std::size_t>(rt.machine)];
+      const bool idle = rec.m->phase() == detail::LockMachine::Phase::retained;
+      feed(rt.machine, ev);
+      // (7) The bound's first half: the notification of the current watch
+      // ends an idle retention at once (the release goes out now).
+      if (idle && rt.tag == rec.watch_tag && rec.m->phase() == detail::LockMachine::Phase::retained) {
+        violate("fairness (7): m" + std::to_string(rt.machine) + " still retains " + rec.held_path +
+                " after its children watch fired");
+      }
+      return;
     } else if (rep.what == Reply::Watch::deleted) {
       ev.kind = rt.kind == Kind::own_checked ? Kind::own_deleted : Kind::blocker_deleted;
     } else if (rt.kind == Kind::own_checked) {
-      ev.kind = Kind::own_changed;  // our own re-take's setData: the machine decides
+      ev.kind = Kind::own_changed;  // someone wrote our node's data: the machine watches again
     } else {
       // A blocker's data changed (its owner re-took it): watch it again,
       // like the real shell (lock_attempt.cpp, watch_deletion).
@@ -309,6 +312,7 @@ void World::on_reply(const Reply& rep) {
     case Kind::created: ev.name = rep.name; ev.czxid = rep.czxid; break;
     case Kind::listed: {
       ev.children = rep.children;
+      if (ev.rc == Rc::ok) note_listing(rt.machine, rep.children);
       std::vector<std::int32_t> seqs;
       for (const auto& c : rep.children) {
         if (auto p = parse_lock_node_name(c)) seqs.push_back(p->sequence);
@@ -322,10 +326,35 @@ void World::on_reply(const Reply& rep) {
     }
     case Kind::marker_read:
     case Kind::record_read: ev.data = rep.data; break;
-    case Kind::touched: ev.mzxid = rep.mzxid; ev.version = rep.version; break;
     default: break;
   }
   feed(rt.machine, ev);
+}
+
+// Invariant (7)'s record: a children notification delivered to a machine
+// while a node not of its attempt is under its lock tells it of a waiter.
+void World::note_waiter_news(int id) {
+  auto& rec = machines_[static_cast<std::size_t>(id)];
+  const Node* dir = zk_.find(locks_[static_cast<std::size_t>(rec.lock)]);
+  if (!dir) return;
+  for (const auto& c : dir->children) {
+    auto p = parse_lock_node_name(c);
+    if (p && p->guid.substr(0, 24) != rec.guid.substr(0, 24)) {
+      rec.waiter_told = true;
+      ++counters_.waiter_notices;
+      return;
+    }
+  }
+}
+
+// A listing answered after that news and showing nobody else: the waiter left.
+void World::note_listing(int id, const std::vector<std::string>& children) {
+  auto& rec = machines_[static_cast<std::size_t>(id)];
+  for (const auto& c : children) {
+    auto p = parse_lock_node_name(c);
+    if (p && p->guid.substr(0, 24) != rec.guid.substr(0, 24)) return;
+  }
+  rec.waiter_told = false;
 }
 
 // Which node went, and was it its machine's own remove? A granted node

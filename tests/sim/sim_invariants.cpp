@@ -81,7 +81,9 @@ void World::check_heads() {
 }
 
 // (2) Tokens in grant order: an exclusive grant's czxid exceeds every
-// earlier grant's on the lock, a shared grant's every earlier exclusive one's.
+// earlier grant's on the lock, a shared grant's every earlier exclusive one's;
+// a re-take of the node granted last repeats its token (non-decreasing in
+// grant order, strictly increasing between holders).
 void World::check_grant(int id) {
   auto& rec = machines_[static_cast<std::size_t>(id)];
   if (!zk_.find(rec.held_path)) {
@@ -89,15 +91,18 @@ void World::check_grant(int id) {
     // session expired) and the news is on its way. It holds nothing, so it
     // takes no place in the token order; it must report the loss (3).
     rec.must_lose = true;
+    if (rec.granted > 1) ++counters_.stale_retakes;
     return;
   }
   const auto l = static_cast<std::size_t>(rec.lock);
   const bool exclusive = rec.m->config().mode == Mode::exclusive;
   const std::int64_t bound = exclusive ? max_token_[l] : max_exclusive_token_[l];
-  if (rec.token <= bound) {
+  const bool retake_of_last = exclusive && rec.granted > 1 && rec.token == bound && max_token_node_[l] == rec.held_path;
+  if (rec.token <= bound && !retake_of_last) {
     violate("token order (2) on " + locks_[l] + ":" + holder_text(rec, id) + " granted after a grant with czxid " +
             std::to_string(bound));
   }
+  if (rec.token >= max_token_[l]) max_token_node_[l] = rec.held_path;
   max_token_[l] = std::max(max_token_[l], rec.token);
   if (exclusive) max_exclusive_token_[l] = std::max(max_exclusive_token_[l], rec.token);
 }

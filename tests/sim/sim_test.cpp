@@ -74,6 +74,8 @@ TEST(Sim, ManySeeds) {
     sum.retains += r.counters.retains;
     sum.retakes += r.counters.retakes;
     sum.retakes_void += r.counters.retakes_void;
+    sum.waiter_notices += r.counters.waiter_notices;
+    sum.stale_retakes += r.counters.stale_retakes;
     sum.max_pipeline = std::max(sum.max_pipeline, r.counters.max_pipeline);
     sum.tail_steps = std::max(sum.tail_steps, r.counters.tail_steps);
     sum.max_child_watches = std::max(sum.max_child_watches, r.counters.max_child_watches);
@@ -90,12 +92,15 @@ TEST(Sim, ManySeeds) {
               static_cast<unsigned long long>(sum.reaps), static_cast<unsigned long long>(sum.lost),
               static_cast<unsigned long long>(sum.deferred_losses), static_cast<unsigned long long>(sum.max_pipeline),
               static_cast<unsigned long long>(sum.tail_steps));
-  std::printf("[sim] retained releases %llu, re-takes granted %llu, re-takes voided %llu; "
+  std::printf("[sim] retained releases %llu, re-takes granted %llu, re-takes voided %llu, "
+              "children notifications showing a waiter %llu, re-takes on a node already deleted %llu; "
               "releases of a deleted node on a quiet session (judged told or not) %llu; "
               "most unfired children watches of one session on one lock %llu; "
               "steps judging a holding head on a quiet session %llu\n",
               static_cast<unsigned long long>(sum.retains), static_cast<unsigned long long>(sum.retakes),
-              static_cast<unsigned long long>(sum.retakes_void), static_cast<unsigned long long>(sum.quiet_losses),
+              static_cast<unsigned long long>(sum.retakes_void), static_cast<unsigned long long>(sum.waiter_notices),
+              static_cast<unsigned long long>(sum.stale_retakes),
+              static_cast<unsigned long long>(sum.quiet_losses),
               static_cast<unsigned long long>(sum.max_child_watches),
               static_cast<unsigned long long>(sum.quiet_heads));
   // The head-liveness check (6) had cases to judge.
@@ -104,6 +109,7 @@ TEST(Sim, ManySeeds) {
   EXPECT_GT(sum.quiet_losses, 0u);
   EXPECT_GT(sum.retakes, 0U);
   EXPECT_GT(sum.retakes_void, 0U);
+  EXPECT_GT(sum.waiter_notices, 0U);  // the fairness check (7) had cases to judge
 }
 
 SimCounters run_regime(Regime regime, int seeds) {

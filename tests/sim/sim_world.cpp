@@ -58,6 +58,7 @@ void World::setup() {
   }
   max_token_.assign(locks_.size(), 0);
   max_exclusive_token_.assign(locks_.size(), 0);
+  max_token_node_.assign(locks_.size(), std::string());
   holders_.assign(locks_.size(), {});
   for (int i = 0; i < n_slots; ++i) {
     Slot s;

@@ -52,6 +52,8 @@ struct SimCounters {
   std::uint64_t quiet_heads = 0;   // steps with a holding head node on a quiet session (check_heads judged)
   std::uint64_t quiet_losses = 0;  // releases of a deleted node with the session quiet (check_told judged)
   std::uint64_t retains = 0, retakes = 0, retakes_void = 0;  // releases kept idle; re-takes granted / voided
+  std::uint64_t stale_retakes = 0;   // re-takes granted on a node already deleted (the news on its way)
+  std::uint64_t waiter_notices = 0;  // children notifications delivered while a waiter was queued ((7) judged)
   std::uint64_t max_child_watches = 0;  // SimZk::Stats::max_child_watches
   std::uint64_t tail_steps = 0;  // steps from the end of the faults until everything settled  // seen, unreported at the user's release (see strict_loss)
 };
@@ -81,6 +83,10 @@ struct MachineRec {
   bool release_requested = false;
   bool must_lose = false;  // granted, and its node was deleted by someone else
   bool knew_at_release = false;  // released by the user while it knew its node was gone, unreported
+  // Its children watch's notification was delivered while another node was
+  // under the lock, and no listing answered since showed that node gone.
+  bool waiter_told = false;
+  std::uint64_t watch_tag = 0;  // its latest list_watch: the children watch that counts
   std::string held_path;   // lock/<name> at the grant
   std::int64_t token = 0;
 };
@@ -161,6 +167,8 @@ class World {
   void actor_settle(int actor);
   void retain_deadline(int actor);
   void track_deletions();
+  void note_waiter_news(int machine);                                    // invariant (7)
+  void note_listing(int machine, const std::vector<std::string>& children);  // invariant (7)
   // sim_invariants.cpp
   void check_step();
   void check_heads();  // (6) a quiet head that holds has been granted
@@ -189,6 +197,7 @@ class World {
   std::uint32_t w_commit_ = 10, w_fault_ = 10, hold_max_ = 50, validity_after_ = 20;
   // grant history per lock, for the token invariant
   std::vector<std::int64_t> max_token_, max_exclusive_token_;
+  std::vector<std::string> max_token_node_;  // per lock: the node granted max_token_ (a re-take may repeat it)
   std::vector<std::vector<int>> holders_;  // per lock: granted machines not yet released
   SimCounters counters_;
   std::string violation_;
