@@ -152,8 +152,7 @@ void check_heads(Client& client, const std::string& root, milliseconds threshold
                        {"head_ms", f.kept_waiting_ms},
                        {"since_hand_off", f.since_hand_off},
                        {"holders", f.holders},
-                       {"waiters", f.waiters},
-                       {"retakes", f.retakes}}});
+                       {"waiters", f.waiters}}});
   }
   if (!report.findings.empty()) return;
   std::string detail = "no lock head has kept others waiting for " + format_duration(threshold) + " or longer (" +

@@ -29,21 +29,16 @@ void run_queue(const GlobalOptions& g, const QueueOptions& o) {
     const model::NodeInfo* info;
     std::string token;
   };
-  // A holder whose owner re-took it at least once: only a retained lease's
-  // re-take rewrites a lock node's data (docs/protocol.md), so version > 0
-  // says its owner retains it. Whether a lease uses it right now or it lies
-  // idle is not visible in ZooKeeper; a retained node never re-taken looks
-  // like any holder.
-  const auto retained = [](const Row& r) { return r.info->holds && r.node->stat.version > 0; };
   std::vector<Row> rows;
   std::size_t holders = 0;
   for (std::size_t i = 0; i < lock.nodes.size(); ++i) {
     const auto& n = lock.nodes[i];
     const auto* info = &analysis.nodes.at(n.path);
     holders += info->holds ? 1 : 0;
-    // The token of the node's latest grant: its mzxid, which is its czxid
-    // unless its owner re-took it (a retained lease's setData, issue 16).
-    rows.push_back({i + 1, &n, info, ensemble ? FencingToken(*ensemble, n.stat.mzxid).str() : std::string()});
+    // A grant's token is its node's czxid (docs/protocol.md), re-takes too.
+    // Whether a holder's lease is in use or its node lies retained idle is
+    // known only to its process: ZooKeeper sees the same node either way.
+    rows.push_back({i + 1, &n, info, ensemble ? FencingToken(*ensemble, n.stat.czxid).str() : std::string()});
   }
 
   if (g.json) {
@@ -64,9 +59,6 @@ void run_queue(const GlobalOptions& g, const QueueOptions& o) {
                        {"sequence", r.node->parsed->sequence},
                        {"token", r.token.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.token)},
                        {"czxid", r.node->stat.czxid},
-                       {"mzxid", r.node->stat.mzxid},
-                       {"retakes", r.node->stat.version},
-                       {"retained", retained(r)},
                        {"session", session_hex(r.node->stat.ephemeral_owner)},
                        {"ctime_ms", r.node->stat.ctime},
                        {"age_ms", std::max<std::int64_t>(0, now - r.node->stat.ctime)},
@@ -91,7 +83,7 @@ void run_queue(const GlobalOptions& g, const QueueOptions& o) {
   Table t({"POS", "STATE", "MODE", "OWNER", "NODE", "SEQ", "TOKEN", "SESSION", "AGE"});
   for (const auto& r : rows) {
     t.add_row({std::to_string(r.position) + (r.info->holds ? "*" : ""),
-               retained(r) ? "retained" : r.info->holds ? "holds" : "waits",
+               r.info->holds ? "holds" : "waits",
                std::string(mode_name(r.info->mode)), r.info->owner, r.node->name,
                std::to_string(r.node->parsed->sequence), r.token.empty() ? "-" : r.token,
                session_hex(r.node->stat.ephemeral_owner),

@@ -47,7 +47,7 @@ void run_revoke(const GlobalOptions& g, const RevokeOptions& o) {
   const auto analysis = analyze({view}, std::chrono::milliseconds::zero(), now_ms());
 
   RevocationRequest req;
-  req.victims.push_back({path, analysis.nodes.at(path).owner, node->stat.mzxid});
+  req.victims.push_back({path, analysis.nodes.at(path).owner, node->stat.czxid});
   req.record.policy = "operator";
   req.record.mode = "wait";
   req.record.detector = operator_id();

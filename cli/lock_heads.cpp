@@ -48,7 +48,6 @@ HeadReport find_long_heads(Client& client, const TreeView& tree, std::int64_t no
     f.since_hand_off = since_hand_off;
     f.holders = h.holders;
     f.waiters = h.waiters;
-    f.retakes = node.stat.version;
     out.findings.push_back(std::move(f));
   }
   std::sort(out.findings.begin(), out.findings.end(),
@@ -63,7 +62,6 @@ std::string finding_text(const HeadFinding& f) {
   s += " has had " + std::to_string(f.waiters) + " waiting behind it for " +
        humanize_age(std::chrono::milliseconds(f.kept_waiting_ms));
   s += f.since_hand_off ? " (since the last hand-off)" : "";
-  if (f.retakes > 0) s += "; re-taken " + std::to_string(f.retakes) + " times as a retained lease";
   s += ": held or stuck, check the owner";
   return s;
 }

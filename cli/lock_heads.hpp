@@ -50,7 +50,6 @@ struct HeadFinding {
   std::int64_t kept_waiting_ms = 0;  // how long it has had waiters behind it (upper bound, see above)
   bool since_hand_off = false;       // kept_waiting_ms counts from the last hand-off marker
   std::size_t holders = 0, waiters = 0;
-  std::int32_t retakes = 0;          // the node's data version: re-takes of a retained lease
 };
 
 struct HeadReport {
