@@ -133,6 +133,7 @@ struct WorkerConfig {
   int session_timeout_ms = 1000;
   int connect_timeout_ms = 10000;
   int acquire_timeout_ms = 0;
+  int retain_ms = 0;  // MutexOptions::retain
   bool strict = false;
   // Mode: commands (default), waiters > 0, or loop.
   int waiters = 0;
@@ -154,6 +155,7 @@ class StoryWorker {
                                      "--name", cfg.name, "--session-timeout", std::to_string(cfg.session_timeout_ms),
                                      "--connect-timeout", std::to_string(cfg.connect_timeout_ms),
                                      "--acquire-timeout", std::to_string(cfg.acquire_timeout_ms),
+                                     "--retain-ms", std::to_string(cfg.retain_ms),
                                      "--policy", cfg.strict ? "strict" : "tolerant",
                                      "--hold-ms", std::to_string(cfg.hold_ms)};
     if (!cfg.db.empty()) argv.insert(argv.end(), {"--db", cfg.db});

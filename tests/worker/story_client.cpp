@@ -121,7 +121,8 @@ StoryClient::StoryClient(StoryArgs args) : args_(std::move(args)) {
   });
   mutex_ = std::make_unique<zklock::FairMutex>(
       *client_, args_.lock,
-      zklock::MutexOptions{.loss_policy = args_.strict ? zklock::LossPolicy::strict : zklock::LossPolicy::tolerant});
+      zklock::MutexOptions{.loss_policy = args_.strict ? zklock::LossPolicy::strict : zklock::LossPolicy::tolerant,
+                           .retain = std::chrono::milliseconds(args_.retain_ms)});
   emit("ready", "session=" + hex(client_->session_id()) +
                     " timeout=" + std::to_string(client_->negotiated_timeout().count()) +
                     " pid=" + std::to_string(::getpid()));
@@ -131,7 +132,9 @@ std::shared_ptr<Slot> StoryClient::start_acquire(int idx, std::function<void(std
   auto slot = std::make_shared<Slot>();
   slot->idx = idx;
   zklock::AcquireOptions ao;
-  ao.owner = args_.name + "/" + std::to_string(idx);
+  // One owner per acquisition; a retaining worker is one owner (only the
+  // same owner re-takes its retained node).
+  ao.owner = args_.retain_ms > 0 ? args_.name : args_.name + "/" + std::to_string(idx);
   ao.description = "story worker " + args_.name;
   mutex_->acquire_async(
       [this, slot, granted](zklock::AcquireResult r) {

@@ -25,6 +25,7 @@ struct StoryArgs {
   int session_timeout_ms = 2000;
   int connect_timeout_ms = 10000;
   int acquire_timeout_ms = 0;
+  int retain_ms = 0;  // MutexOptions::retain (0: none); > 0: every acquisition is owner `name`
   bool strict = false;
   int waiters = 0;
   int hold_ms = 0;

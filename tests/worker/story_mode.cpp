@@ -31,6 +31,9 @@
 //                       token through fenced-store (whatever valid() said: the
 //                       store, not the client, is what must refuse it);
 //                       FENCE is passed as --fence (one fence per lock)
+//      write-token TOKEN KEY VALUE
+//                       write VALUE with TOKEN and no lease (valid_before=0):
+//                       a late write with a token the process kept
 //      release          release the current lease
 //      rss              report the resident set size
 //      exit             release everything and exit 0
@@ -72,7 +75,7 @@ using namespace std::chrono_literals;
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "zklock_test_worker story: " << problem << "\n"
             << "usage: zklock_test_worker story --connect HOSTS --lock PATH [--name N] [--db PATH]\n"
-            << "  [--session-timeout MS] [--acquire-timeout MS] [--policy tolerant|strict]\n"
+            << "  [--session-timeout MS] [--acquire-timeout MS] [--retain-ms MS] [--policy tolerant|strict]\n"
             << "  (--commands FIFO | --waiters N [--hold-ms MS] | --loop [--key K] [--writes N] [--hold-ms MS])\n";
   std::exit(64);
 }
@@ -94,6 +97,7 @@ StoryArgs parse_args(int argc, char** argv) {
     else if (k == "--session-timeout") a.session_timeout_ms = std::stoi(val());
     else if (k == "--connect-timeout") a.connect_timeout_ms = std::stoi(val());
     else if (k == "--acquire-timeout") a.acquire_timeout_ms = std::stoi(val());
+    else if (k == "--retain-ms") a.retain_ms = std::stoi(val());
     else if (k == "--policy") {
       auto p = val();
       if (p != "tolerant" && p != "strict") usage("bad policy " + p);
@@ -143,6 +147,10 @@ int run_commands(StoryClient& client) {
       std::string key, value, fence;
       in >> key >> value >> fence;
       client.write(current, key, value, fence);
+    } else if (cmd == "write-token") {
+      std::string token, key, value;
+      in >> token >> key >> value;
+      client.write_with(zklock::Lease(), token, key, value);
     } else if (cmd == "release") {
       client.release(current);
     } else if (cmd == "rss") {
