@@ -19,17 +19,21 @@
 //   zklock::FairMutex mutex(client, "/locks/invoice-42", {.retain = 500ms});
 //   zklock::Lease a = mutex.acquire();  // as always
 //   a.release();                        // nobody waits: the node stays idle, no request sent
-//   zklock::Lease b = mutex.acquire();  // re-take: one round trip, b.token() > a.token()
+//   zklock::Lease b = mutex.acquire();  // re-take: no request, b.token() == a.token()
 //
 // A release while nobody is known to wait keeps the node, idle, for up to
 // `retain`; a children watch on the lock ends the retention as soon as
 // someone queues (the node is then deleted at once, with the hand-off), as
 // does the retain time running out. A re-take by the same owner through the
-// same mutex object costs one setData and one listing; if the listing shows
-// any other node, the re-take is void and we queue anew behind it (strict
-// FIFO). Tokens stay strictly increasing in grant order (docs/design.md,
-// "Retained leases"). Another owner queues normally, which ends the
-// retention; so does destroying the last copy of the mutex.
+// same mutex object is decided locally, with no request: it grants the same
+// node again, with the same token, while the client is connected, inside
+// its validity bound, and the watch has not fired; otherwise the node is
+// released and the re-take is a normal acquisition (behind any waiter).
+// Fairness: the owner may re-take until the watch's notification arrives,
+// never after, so a waiter waits at most one notification plus one hold
+// (docs/design.md, "Retained leases"). Another holder's token is always
+// larger. Another owner queues normally, which ends the retention; so does
+// destroying the last copy of the mutex.
 //
 // Thread-safety: a FairMutex may be shared by threads; each acquisition is
 // independent. The Client must outlive the mutex and its leases.
