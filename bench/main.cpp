@@ -111,7 +111,8 @@ std::string num(double v) {
   if (a >= 100000) std::snprintf(buf, sizeof buf, "%.3g", v);
   else if (a >= 100) std::snprintf(buf, sizeof buf, "%.0f", v);
   else if (a >= 10) std::snprintf(buf, sizeof buf, "%.1f", v);
-  else std::snprintf(buf, sizeof buf, "%.2f", v);
+  else if (a >= 0.01 || a == 0) std::snprintf(buf, sizeof buf, "%.2f", v);
+  else std::snprintf(buf, sizeof buf, "%.1e", v);  // small ratios (a re-take against a round trip)
   return buf;
 }
 

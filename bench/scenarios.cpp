@@ -32,6 +32,7 @@ Sizes Sizes::quick() {
   s.detector_locks_per_dir = 50;
   s.detector_waiters = 40;
   s.detector_cycles = 2;
+  s.retakes = 2000;
   s.services_sessions = 20;
   s.services_waiters = 4;
   s.services_seconds = 2;

@@ -26,7 +26,8 @@ struct Sizes {
   int detector_locks_per_dir = 500;
   int detector_waiters = 1000;
   int detector_cycles = 10;
-  // Retained leases: `services` (retained.cpp).
+  // Retained leases (retained.cpp): local re-takes of one lock, then `services`.
+  int retakes = 100000;
   int services_sessions = 200;
   int services_waiters = 20;  // per hot lock (5 hot locks)
   double services_seconds = 10;
