@@ -129,13 +129,13 @@ Kind kind_of(Errc code) noexcept {
     case Errc::connection_loss:
     case Errc::operation_timeout:
     case Errc::connect_timeout:
+    case Errc::runtime_inconsistency:
       return Kind::transient;
     case Errc::session_expired:
     case Errc::closing:
       return Kind::session_fatal;
     case Errc::ok:
     case Errc::system_error:
-    case Errc::runtime_inconsistency:
     case Errc::data_inconsistency:
     case Errc::marshalling_error:
     case Errc::unimplemented:

@@ -190,7 +190,8 @@ RevokeResult interpret_revocation(const RevocationRequest& request, Status statu
     out.detail = "create of record " + revocation_record_path(request.victims[*idx - checks].node) + ": " +
                  std::string(errc_name(code.code()));
   } else {
-    // bad_version: the victim was re-taken by its owner since its stat was read.
+    // bad_version: the victim node changed since its stat was read (zklock
+    // never rewrites a lock node, so someone else did).
     out.outcome = code.is(Errc::no_node) || code.is(Errc::bad_version) ? RevokeOutcome::aborted : RevokeOutcome::failed;
     out.detail = "delete of " + request.victims[*idx - creates].node + ": " + std::string(errc_name(code.code()));
   }

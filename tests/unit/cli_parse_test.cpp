@@ -128,7 +128,7 @@ TEST(CliExitCodes, ErrorsMapToTheDocumentedCodes) {
 TEST(CliExitCodes, UnavailableIsExactlyTheOutageCodes) {
   const std::set<Errc> unavailable = {Errc::connect_timeout,   Errc::connection_loss,     Errc::operation_timeout,
                                       Errc::session_expired,   Errc::closing,             Errc::new_config_no_quorum,
-                                      Errc::ssl_connection_error};
+                                      Errc::ssl_connection_error, Errc::runtime_inconsistency};
   for (int i = 0; errc_name(static_cast<Errc>(i)) != "unknown"; ++i) {
     const auto c = static_cast<Errc>(i);
     EXPECT_EQ(exit_code_for(c) == 69, unavailable.count(c) == 1) << errc_name(c);

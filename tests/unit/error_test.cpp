@@ -25,7 +25,8 @@ std::vector<Errc> all_codes() {
 // fails EveryCodeIsClassifiedDeliberately until it is added to this count and,
 // if it is transient or session-fatal, to its list.
 constexpr std::size_t kCodes = 42;
-const std::set<Errc> kTransient = {Errc::connection_loss, Errc::operation_timeout, Errc::connect_timeout};
+const std::set<Errc> kTransient = {Errc::connection_loss, Errc::operation_timeout, Errc::connect_timeout,
+                                   Errc::runtime_inconsistency};
 const std::set<Errc> kSessionFatal = {Errc::session_expired, Errc::closing};
 
 TEST(ErrorClassifiers, EveryCodeIsClassifiedDeliberately) {
@@ -53,6 +54,7 @@ TEST(ErrorClassifiers, BorderlineCodesAreNeither) {
 TEST(ErrorClassifiers, StatusAndErrorOverloadsAgree) {
   EXPECT_TRUE(is_transient(Status{ZCONNECTIONLOSS}));
   EXPECT_TRUE(is_transient(Status{ZOPERATIONTIMEOUT}));
+  EXPECT_TRUE(is_transient(Status{ZRUNTIMEINCONSISTENCY}));  // the C client dropped a garbled connection
   EXPECT_TRUE(is_session_fatal(Status{ZSESSIONEXPIRED}));
   EXPECT_TRUE(is_session_fatal(Status{ZCLOSING}));
   EXPECT_FALSE(is_transient(Status{}));

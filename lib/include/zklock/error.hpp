@@ -133,6 +133,9 @@ class Status {
 // request's outcome is unknown (it may or may not have run), the session may
 // still be alive, and the same step may succeed once connected again:
 //   connection_loss, operation_timeout   (the C client's "outcome unknown")
+//   runtime_inconsistency                (a reply out of order: the C client
+//                                         drops the connection and completes
+//                                         every pending request with it)
 //   connect_timeout                      (no session yet; nothing ran)
 // Not transient, on purpose: timeout (the caller's own deadline ran out, not
 // the ensemble's failure), throttled (the server refused and did not run the
