@@ -554,7 +554,7 @@ bool watched_by(int port, const std::string& path, std::int64_t session) {
   return false;
 }
 
-// Issue 25: an idle retained node is no hold. xavier retains a, queues
+// An idle retained node is no hold. xavier retains a, queues
 // for b behind yvonne, and is then cut off (a blackhole: he can act no more
 // than a paused process could) for longer than min-wait while yvonne asks
 // for a. An owner releases its idle nodes before it queues anywhere, so
@@ -578,8 +578,11 @@ TEST(DetectorE2E, AnIdleRetainedNodeOfAnOwnerQueuedElsewhereAndCutOffIsNoCycle) 
   Lease held = yb.acquire(y);
   Request x_waits;
   xb.acquire_async(x_waits.callback(), x);
-  // Settled: waiting on his blocker's watch, no request of his in flight
-  // (the blackhole would drop it and break his connection's stream).
+  // Settled: waiting on his blocker's watch. The blackhole drops what he
+  // sends while cut off (his validity heartbeat falls due in it), so after
+  // the heal the server's next reply is out of order for his C client,
+  // which drops the connection: a transient error (ZRUNTIMEINCONSISTENCY)
+  // that his wait rides out like any connection loss.
   const int port = test::shared_server().port();
   ASSERT_TRUE(eventually([&] { return watched_by(port, held.node_path(), cx.session_id()); }, 5s))
       << "xavier did not queue for b";
