@@ -1,6 +1,7 @@
 // Lock heads that keep others waiting: `zklock doctor`'s "head not taking
-// the lock" finding (issue 30: every client in turn had its node at the
-// head of a queue and was not granted, and nothing showed it).
+// the lock" finding (a failure seen in the field: every client in turn had
+// its node at the head of a queue and was not granted, and nothing showed
+// it).
 //
 // A head is the first node of a queue in creation order; it holds. A head
 // "keeps others waiting" while at least one node waits behind it. From the

@@ -10,7 +10,7 @@
 // head of each queue has kept waiters behind it (the oldest is exported as
 // zklock_detector_oldest_head_with_waiters_seconds): the detector does not
 // act on it, since a long hold and a head that never takes its grant look
-// the same (issue 30). With the HTTP endpoint on, each scan also hands the
+// the same. With the HTTP endpoint on, each scan also hands the
 // status page (detector/status.hpp) a summary of the same snapshot with no
 // min-wait, and, while someone looks at the page, the newest revocation
 // records read from ZooKeeper.

@@ -89,7 +89,7 @@ struct OwnerInfo {
 
 // The head of a queue with waiters: its first node in creation order (it
 // holds), and the nodes queued behind it. The tree does not say whether the
-// head uses the lock or is stuck without taking it (issue 30): both look
+// head uses the lock or is stuck without taking it: both look
 // the same. since_ms() is when the tree shows the head began keeping
 // others waiting: the later of its own creation and its first waiter's. It
 // is an upper bound on the truth, since a node that queued before it

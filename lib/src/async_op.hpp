@@ -165,7 +165,7 @@ int send_tracked(Handle* h, Ctx* ctx, Send&& send) {
 // Common prologue of every completion: the validity bound, dropping a watch
 // the server did not register. Only writes are `committed` evidence: a
 // follower answers reads from its own copy, even one cut off from the
-// leader, and a deposed leader answers a sync at once (issue 25), so no read
+// leader, and a deposed leader answers a sync at once, so no read
 // proves anything about the session.
 template <class Ctx>
 std::unique_ptr<Ctx> begin_completion(const void* data, int rc, bool watch_registered, bool write = false) {

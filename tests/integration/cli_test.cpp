@@ -974,7 +974,7 @@ TEST_F(CliTest, DoctorReportsOnTheServer) {
   EXPECT_TRUE(children.empty());
 }
 
-// Issue 30: a head that keeps others waiting is reported ("head not taking
+// A head that keeps others waiting is reported ("head not taking
 // the lock"), counted from the first waiter's arrival and, once the lock
 // was handed off, from the hand-off; a head with no waiter never is. The
 // tree cannot tell a long hold from a stuck head: these heads hold.

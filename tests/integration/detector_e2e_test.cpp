@@ -1,6 +1,6 @@
 // zklock-detector end to end: real FairMutex / FairSharedMutex owners, the
 // detector in-process (Daemon) or as the zklock-detector binary in a child
-// process, against real ZooKeeper servers (issue 6, "done when").
+// process, against real ZooKeeper servers.
 //
 // Every scenario that closes a cycle prints its detection latency twice:
 // the detector's own figure (youngest cycle node's creation -> detection) and

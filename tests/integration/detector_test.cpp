@@ -289,7 +289,7 @@ std::int64_t wall_ms() {
       .count();
 }
 
-// Issue 30: how long the oldest head has kept others waiting, as exported.
+// How long the oldest head has kept others waiting, as exported.
 // Counted from the first waiter's arrival (not the head's creation), it
 // grows scan by scan; when the head changes it restarts from the scan that
 // still saw the old head (not from the new head's creation, long before);
@@ -445,7 +445,7 @@ TEST(Detector, StandbyTakesOverAndADeposedLeaderCannotRevoke) {
 }
 
 // ---------------------------------------------------------------------------
-// Retained leases (issue 16). An idle retained node is, to the detector, a
+// Retained leases. An idle retained node is, to the detector, a
 // node held by its owner. Owner A releases X with retain on (its node stays,
 // idle), then waits on Y, held by B; B queues on X behind A's idle node. For
 // a moment the wait-for graph has the cycle A -[Y]-> B -[X]-> A. It

@@ -206,7 +206,7 @@ TEST_F(FencedStore, KeysSharingAFenceShareItsHighestToken) {
 
 // A key written under two fence names: its own last token is a floor as
 // well as each fence's. The older holder's fence L never saw token 100, yet
-// the key must not go back to the value of token 50 (issue 25).
+// the key must not go back to the value of token 50.
 TEST_F(FencedStore, AKeysOwnLastTokenIsAFloorUnderAnyFenceName) {
   ASSERT_EQ(put("k", "new", tok(100)).code, 0);  // fence "k"
   auto p = run(dir_, {"put", "k", "old", "--token", tok(50), "--fence", "L"});

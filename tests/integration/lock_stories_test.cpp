@@ -1,4 +1,4 @@
-// The fair lock's "done when" stories (issue 3) against a real ZooKeeper:
+// The fair lock's "done when" stories against a real ZooKeeper:
 // many processes, a long queue drained, connection loss during create,
 // lease loss and continuation, and the sequence counter across its end.
 // Every test asserts its outcome and prints the figure it measured.

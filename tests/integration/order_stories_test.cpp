@@ -1,4 +1,4 @@
-// Issue 14's two exclusion stories against a real ZooKeeper 3.8.0 server,
+// Two exclusion stories against a real ZooKeeper 3.8.0 server,
 // written against the public API only (FairMutex, Lease, Client).
 //
 // Both start from a lock parent whose sequence counter was seeded at its end

@@ -1,4 +1,4 @@
-// The detector's status page (issue 29): the zklock-detector binary against a
+// The detector's status page: the zklock-detector binary against a
 // real ZooKeeper server, its page (/) and /api/state read over HTTP, and in
 // a real browser (headless Chromium, Debian's `chromium`).
 //

@@ -1,7 +1,7 @@
 // A lease is handed out only while the session's validity bound covers it
 // (lock_attempt.hpp, invariant 7): a caller that checks valid() before its
 // first write can use what acquire returns, also right after a reconnect,
-// when the evidence starts over on the new connection. Issue 30 saw 4-12 %
+// when the evidence starts over on the new connection. The nemesis run once saw 4-12 %
 // of grants returned with valid() already false in such windows.
 //
 // Each story makes the bound lapse for certain while the session lives: a

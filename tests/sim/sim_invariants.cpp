@@ -43,7 +43,7 @@ void World::check_step() {
 // (nothing earlier blocks it), still acquiring, with its session connected
 // and quiet (nothing in flight, nothing to deliver, no local answer pending)
 // has nothing left that could grant it: it must have been granted already.
-// This is the field failure of issue 30 (each head connected, not granted),
+// This is a failure seen in the field (each head connected, not granted),
 // checked after every step rather than inferred from a timeout.
 void World::check_heads() {
   if (!local_.empty()) return;

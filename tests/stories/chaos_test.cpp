@@ -1,4 +1,4 @@
-// The chaos run (issue 8): several worker processes loop acquire →
+// The chaos run: several worker processes loop acquire →
 // write-with-token to the fenced store → release, while a seeded driver
 // freezes holders past their session timeout, kills workers and restarts the
 // ZooKeeper server. Afterwards the store's accepted-write history must show

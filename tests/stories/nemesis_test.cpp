@@ -1,4 +1,4 @@
-// The nemesis (issue 30): five contender processes on a real three-server
+// The nemesis: five contender processes on a real three-server
 // ensemble (ZooKeeper 3.8.0, tickTime 500 ms, sessions 4 s, forceSync=yes),
 // each connected to all three members through client fault proxies, loop
 // try_acquire_for(10 s) → hold 150 ms → release on one lock (c1, c3, c5

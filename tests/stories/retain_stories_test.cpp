@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include "story_support.hpp"
-#include "zklock/protocol/node_name.hpp"
 
 namespace zklock::stories {
 namespace {
@@ -24,20 +23,6 @@ WorkerConfig retainer(const std::string& name, const std::string& connect, const
   c.session_timeout_ms = 2000;
   c.retain_ms = 60000;
   return c;
-}
-
-StoryWorker start_ready(const WorkerConfig& c) {
-  auto w = StoryWorker::start(c);
-  w.expect("ready", 20000ms);
-  return w;
-}
-
-std::size_t queue_size(ZkHandle& h, const std::string& lock) {
-  std::vector<std::string> names;
-  if (h.children(lock, &names) != ZOK) return 0;
-  std::size_t n = 0;
-  for (const auto& name : names) n += parse_lock_node_name(name).has_value();
-  return n;
 }
 
 // A re-takes its retained lock locally (same node, same token), releases it
@@ -67,7 +52,7 @@ TEST(RetainStories, AFrozenRetainerDoesNotReTakeOnWakeAndItsLateWriteIsRefused) 
   EXPECT_EQ(again.get("token"), first.get("token")) << "a local re-take keeps the first grant's token";
   a.send("release");
   a.expect("released", 5000ms);
-  ASSERT_EQ(queue_size(probe, lock), 1u) << "the released node is not retained";
+  ASSERT_EQ(queue_of(probe, lock).size(), 1u) << "the released node is not retained";
 
   const auto frozen_at = mono_us();
   a.signal(SIGSTOP);

@@ -1,4 +1,4 @@
-// The failure stories (issue 8), automated with real processes against real
+// The failure stories, automated with real processes against real
 // ZooKeeper servers on loopback. Each test is named after its story, asserts
 // the outcome, and prints the figure it measured ("[story] ..." lines).
 //
@@ -27,19 +27,6 @@ using test::ZkServerOptions;
 constexpr int kTickMs = 200;
 
 
-// Children of `lock` sorted by sequence (zklock nodes only).
-std::vector<LockNodeName> queue_of(ZkHandle& h, const std::string& lock) {
-  std::vector<std::string> names;
-  std::vector<LockNodeName> out;
-  if (h.children(lock, &names) != ZOK) return out;
-  for (auto& n : names) {
-    if (auto p = parse_lock_node_name(n)) out.push_back(*p);
-  }
-  std::sort(out.begin(), out.end(),
-            [](const LockNodeName& a, const LockNodeName& b) { return compare_sequence(a.sequence, b.sequence) < 0; });
-  return out;
-}
-
 void wait_queue_size(ZkHandle& h, const std::string& lock, std::size_t n, milliseconds timeout = 10000ms) {
   if (!eventually([&] { return queue_of(h, lock).size() == n; }, timeout))
     throw StoryError(lock + ": queue did not reach " + std::to_string(n) + " nodes (has " +
@@ -59,13 +46,6 @@ WorkerConfig config(const std::string& name, const std::string& connect, const s
   c.db = db;
   c.session_timeout_ms = session_ms;
   return c;
-}
-
-StoryWorker start_ready(const WorkerConfig& c, Event* ready = nullptr) {
-  auto w = StoryWorker::start(c);
-  auto e = w.expect("ready", 20000ms);
-  if (ready) *ready = e;
-  return w;
 }
 
 // Holding intervals [acquired, releasing|lost] of every worker, in microseconds.

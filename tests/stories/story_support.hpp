@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "zk_harness.hpp"
+#include "zklock/protocol/node_name.hpp"
 #include "zklock/token.hpp"
 
 namespace zklock::stories {
@@ -283,6 +285,27 @@ class StoryWorker {
   std::vector<Event> events_;
   std::vector<bool> consumed_;  // parallel to events_: returned by expect()
 };
+
+// A worker started and past its "ready" line (kept in `ready` if asked).
+inline StoryWorker start_ready(const WorkerConfig& c, Event* ready = nullptr) {
+  auto w = StoryWorker::start(c);
+  auto e = w.expect("ready", 20000ms);
+  if (ready) *ready = e;
+  return w;
+}
+
+// Children of `lock` sorted by sequence (zklock nodes only).
+inline std::vector<LockNodeName> queue_of(test::ZkHandle& h, const std::string& lock) {
+  std::vector<std::string> names;
+  std::vector<LockNodeName> out;
+  if (h.children(lock, &names) != ZOK) return out;
+  for (auto& n : names) {
+    if (auto p = parse_lock_node_name(n)) out.push_back(*p);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const LockNodeName& a, const LockNodeName& b) { return compare_sequence(a.sequence, b.sequence) < 0; });
+  return out;
+}
 
 // `fenced-store --db DB get KEY`: the value, or nullopt when absent.
 inline std::optional<std::string> store_get(const std::string& db, const std::string& key) {

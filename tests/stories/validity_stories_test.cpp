@@ -1,4 +1,4 @@
-// Issue 15's stories: a validity bound that holds in a real ensemble, loss
+// Stories: a validity bound that holds in a real ensemble, loss
 // reported on every path, and one fence per lock.
 //
 //   V1  a 3-server ensemble; the holder talks to one follower only; that
@@ -13,7 +13,7 @@
 //       session, the successor writes one key, the thawed former holder's
 //       write to the other key is refused (exit 65).
 //
-// Issue 25's stories: evidence only from quorum-committed writes.
+// Stories: evidence only from quorum-committed writes.
 //
 //   V4  deposed leader: the holder talks to the leader only; the leader's
 //       links to its followers are cut as a gray failure cuts them (the
@@ -324,7 +324,7 @@ TEST(ValidityStories, V3_OneFenceForTwoKeysOfOneLock) {
 }
 
 // ---------------------------------------------------------------------------
-// Issue 25. A holder on `holder_connect`, a waiter queued behind it on
+// A holder on `holder_connect`, a waiter queued behind it on
 // `waiter_connect`; fault() breaks the ensemble. Records what the holder's
 // valid() said at the waiter's grant, and when on_lost fired.
 struct LossRace {

@@ -545,7 +545,7 @@ INSTANTIATE_TEST_SUITE_P(LockMachine, Transcript, testing::ValuesIn(transcripts(
                            return name;
                          });
 
-// The folder holds the seven recovery stories of issue 26 (at least): an
+// The folder holds the machine's recovery stories: an
 // empty or misplaced folder must not pass as "no transcript failed".
 TEST(TranscriptFolder, HoldsTheStories) { EXPECT_GE(transcripts().size(), 7u) << ZKLOCK_TRANSCRIPT_DIR; }
 

@@ -1,5 +1,5 @@
 // Regressions found by fuzzing the parsers of untrusted input (fuzz/,
-// scripts/fuzz; issue 8). Each input is inline, with the finding it reproduces.
+// scripts/fuzz). Each input is inline, with the finding it reproduces.
 //
 // Numbers in lock node data and revocation records are read with
 // nlohmann::json's value<integer>(), which converts a JSON number to the

@@ -171,7 +171,7 @@ TEST(WaitForGraph, WrapAndSaturationOrderQueuesByCzxid) {
 }
 
 TEST(WaitForGraph, OverlappingCreatesAtTheCountersEndQueueInCzxidOrder) {
-  // ZooKeeper 3.8.0 at a saturated counter (issue 14): suffixes 2147483647,
+  // ZooKeeper 3.8.0 at a saturated counter: suffixes 2147483647,
   // -2147483648, -2147483647, 2147483647 with czxids 4, 5, 6, 7. Creation
   // order is czxid order; wrap-aware suffix order would put czxid 7 second.
   auto h = node("H", Mode::exclusive, INT32_MAX, kOld, 4);
