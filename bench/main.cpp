@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "platform.hpp"
 #include "scenarios.hpp"
 
 namespace zb = zklock::bench;
@@ -33,7 +34,7 @@ namespace {
 
 const std::vector<std::string> kScenarios = {"uncontended", "ops",     "contended", "drain",
                                              "pipelined",   "handoff", "fence",     "detector",
-                                             "retained",    "services"};
+                                             "retained",    "services", "platform"};
 
 zb::Figures run_scenario(const std::string& name, const zb::Env& env, const zb::Sizes& s) {
   if (name == "uncontended") return zb::uncontended(env, s);
@@ -46,6 +47,7 @@ zb::Figures run_scenario(const std::string& name, const zb::Env& env, const zb::
   if (name == "detector") return zb::detector_at_scale(env, s);
   if (name == "retained") return zb::retained(env, s);
   if (name == "services") return zb::services(env, s);
+  if (name == "platform") return zb::platform(env, s);
   throw std::invalid_argument("unknown scenario " + name);
 }
 
@@ -127,6 +129,8 @@ struct Aggregate {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The platform scenario's worker processes are this binary too.
+  if (argc > 1 && std::string_view(argv[1]) == "platform-worker") return zb::platform_worker_main(argc - 1, argv + 1);
   CLI::App app{"zklock-bench: zklock against the textbook ZooKeeper recipe, same server, same run"};
   bool quick = false, verbose = false;
   int runs = 0;
@@ -136,7 +140,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "small counts, one run (CI: keeps the tool from rotting)");
   app.add_option("--runs", runs, "runs per scenario; medians are reported (default 3, --quick 1)");
   app.add_option("--connect", connect, "use this server (host:port, mntr allowed) instead of starting one");
-  app.add_option("--only", only, "comma-separated scenarios: uncontended,ops,contended,drain,pipelined,handoff,fence,detector,retained,services");
+  app.add_option("--only", only, "comma-separated scenarios: uncontended,ops,contended,drain,pipelined,handoff,fence,detector,retained,services,platform");
   app.add_option("--json", json_file, "write the results as JSON to this file");
   app.add_option("--drain", drain_sizes, "drain queue sizes (default 100 1000 5000)")->delimiter(',');
   app.add_option("--detector-dirs", det_dirs, "detector: directories (default 100)");
@@ -212,6 +216,7 @@ int main(int argc, char** argv) {
         env.connect = connect;
         env.mntr = mntr;
         env.quick = quick;
+        env.server_pid = server ? static_cast<int>(server->pid()) : 0;
         env.run = run;
         env.root = "/bench/r" + std::to_string(run) + "-" + std::to_string(::getpid()) + "-" + name;
         env.log = [](const std::string& m) { std::cerr << "  " << m << "\n"; };
@@ -234,6 +239,7 @@ int main(int argc, char** argv) {
     info["loadavg_at_end"] = loadavg();
 
     json figures = json::array();
+    json groups = json::object();  // keyed figures, e.g. "platform": {"lock_ops_per_s": ...}
     std::printf("\n%-44s %-38s %10s %10s %7s  %-12s %s\n", "scenario", "figure", "zklock", "floor", "ratio", "target",
                 "met");
     std::string last;
@@ -247,6 +253,10 @@ int main(int argc, char** argv) {
                   num(z).c_str(), num(f).c_str(), num(r).c_str(), target_text(a.first.target).c_str(),
                   met ? (*met ? "yes" : "NO") : "");
       last = a.first.scenario;
+      if (const auto& k = a.first.key; !k.empty()) {
+        const auto dot = k.find('.');
+        groups[k.substr(0, dot)][k.substr(dot + 1)] = jnum(a.first.key_from_floor ? f : z);
+      }
       json runs_z = json::array(), runs_f = json::array();
       for (double v : a.zk) runs_z.push_back(jnum(v));
       for (double v : a.fl) runs_f.push_back(jnum(v));
@@ -260,8 +270,9 @@ int main(int argc, char** argv) {
                          {"met", met ? json(*met) : json(nullptr)},
                          {"runs", {{"zklock", runs_z}, {"floor", runs_f}}}});
     }
-    const json doc = {{"tool", "zklock-bench"}, {"quick", quick}, {"runs", runs}, {"machine", info},
+    json doc = {{"tool", "zklock-bench"}, {"quick", quick}, {"runs", runs}, {"machine", info},
                       {"figures", figures}};
+    for (auto& [group, values] : groups.items()) doc[group] = values;
     if (!json_file.empty()) {
       std::ofstream out(json_file);
       out << doc.dump(2) << "\n";

@@ -105,6 +105,11 @@ struct Figure {
   double zklock = kNone;
   double floor = kNone;
   Target target;
+  // Non-empty: also written as "<scenario group>.<key>" in the JSON's group
+  // object (e.g. "platform": {"lock_ops_per_s": ...}), from the zklock
+  // column, or the floor's when key_from_floor.
+  std::string key;
+  bool key_from_floor = false;
 };
 using Figures = std::vector<Figure>;
 
@@ -115,6 +120,7 @@ struct Env {
   bool quick = false;
   int run = 0;                                  // 0-based run index (alternates who goes first)
   std::string root;                             // a fresh node path for this run
+  int server_pid = 0;                           // the server's JVM when the tool started it, else 0
   std::function<void(const std::string&)> log;  // progress to stderr
 };
 

@@ -22,15 +22,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::int64_t server_zxid(const Env& env) {
-  const auto colon = env.connect.rfind(':');
-  const int port = std::stoi(env.connect.substr(colon + 1));
-  auto text = zklock::test::four_letter_word(env.connect.substr(0, colon), port, "srvr");
-  std::smatch m;
-  if (!text || !std::regex_search(*text, m, std::regex("Zxid: 0x([0-9a-fA-F]+)"))) return 0;
-  return std::stoll(m[1].str(), nullptr, 16);
-}
-
 ClientOptions options(const Env& env) { return {.connect = env.connect, .session_timeout = 10s}; }
 
 // The floor's cycle (acquire + release, a create and a delete) on its own
@@ -52,6 +43,15 @@ std::vector<double> floor_cycles(const Env& env, int n) {
 }
 
 }  // namespace
+
+std::int64_t server_zxid(const Env& env) {
+  const auto colon = env.connect.rfind(':');
+  const int port = std::stoi(env.connect.substr(colon + 1));
+  auto text = zklock::test::four_letter_word(env.connect.substr(0, colon), port, "srvr");
+  std::smatch m;
+  if (!text || !std::regex_search(*text, m, std::regex("Zxid: 0x([0-9a-fA-F]+)"))) return 0;
+  return std::stoll(m[1].str(), nullptr, 16);
+}
 
 // One session re-taking one lock: after the first grant (a create) every
 // acquisition is a local re-take. The server's counters bracket the whole

@@ -36,6 +36,19 @@ Sizes Sizes::quick() {
   s.services_sessions = 20;
   s.services_waiters = 4;
   s.services_seconds = 2;
+  // The platform: a tenth of everything, a 10 s window.
+  auto& p = s.platform;
+  p.owners = 1000;
+  p.processes = 2;
+  p.hot_locks = 2;
+  p.hot_contenders = 50;
+  p.hot_sessions = 4;
+  p.warmup_s = 2;
+  p.window_s = 10;
+  p.alone_s = 3;
+  p.floor_max = 4000;
+  p.floor_warmup_s = 0.5;
+  p.floor_step_s = 1.5;
   return s;
 }
 

@@ -11,6 +11,24 @@
 
 namespace zklock::bench {
 
+// The seed's platform (platform.cpp).
+struct PlatformSizes {
+  int owners = 10000;       // each with its own retained lock
+  int processes = 10;       // owner processes, one Client each
+  int threads = 2;          // driver threads per owner process
+  int rate_hz = 10;         // acquisitions per owner per second
+  int held = 4;             // long-lived locks per owner
+  int retain_ms = 2000;
+  int hot_locks = 10;
+  int hot_contenders = 100;  // per hot lock
+  int hot_sessions = 20;
+  int work_ms = 5;          // a hot holder's work inside the lock
+  int cycles = 3;           // two-owner cycles planted in the window
+  double warmup_s = 5, window_s = 60, alone_s = 15;
+  // The floor's step-up: owner rates from floor_start doubling to floor_max.
+  double floor_start = 500, floor_max = 64000, floor_warmup_s = 1, floor_step_s = 4;
+};
+
 struct Sizes {
   int uncontended_cycles = 2000;
   int contended_sessions = 8;
@@ -31,6 +49,7 @@ struct Sizes {
   int services_sessions = 200;
   int services_waiters = 20;  // per hot lock (5 hot locks)
   double services_seconds = 10;
+  PlatformSizes platform;
 
   static Sizes quick();
 };
@@ -45,6 +64,10 @@ Figures fence_gate(const Env& env, const Sizes& s);
 Figures detector_at_scale(const Env& env, const Sizes& s);  // detector_scale.cpp
 Figures retained(const Env& env, const Sizes& s);           // retained.cpp
 Figures services(const Env& env, const Sizes& s);           // retained.cpp
+Figures platform(const Env& env, const Sizes& s);           // platform.cpp
+
+// The server's last zxid (`srvr`): one per committed write transaction.
+std::int64_t server_zxid(const Env& env);  // retained.cpp
 
 // One side of an interleaved comparison (scenarios.cpp): acquire and release one lock.
 struct CycleFns {

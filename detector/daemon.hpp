@@ -5,8 +5,9 @@
 // and, when this replica leads (and not in dry-run), revokes it with one
 // checked multi (zklock/protocol/revoke.hpp). A scan runs every `interval`, and
 // also at the min-wait deadline of each new lock node the mirror sees (the
-// fast path), so detection latency is at most min_wait + one scan + one
-// round trip after the cycle closes. Each scan also measures how long the
+// fast path; fast-path scans at least 100 ms apart, so a busy tree costs
+// at most ten of them a second), so detection latency is at most min_wait +
+// 100 ms + one scan + one round trip after the cycle closes. Each scan also measures how long the
 // head of each queue has kept waiters behind it (the oldest is exported as
 // zklock_detector_oldest_head_with_waiters_seconds): the detector does not
 // act on it, since a long hold and a head that never takes its grant look

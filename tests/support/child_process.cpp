@@ -95,10 +95,20 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
 
   int out_pipe[2] = {-1, -1};
   if (capture && ::pipe2(out_pipe, O_CLOEXEC) != 0) throw HarnessError(errno_text("pipe2", errno));
+  int in_pipe[2] = {-1, -1};
+  if (options.pipe_stdin && ::pipe2(in_pipe, O_CLOEXEC) != 0) {
+    int e = errno;
+    if (capture) ::close(out_pipe[0]), ::close(out_pipe[1]);
+    throw HarnessError(errno_text("pipe2", e));
+  }
+  auto close_in = [&] {
+    if (options.pipe_stdin) ::close(in_pipe[0]), ::close(in_pipe[1]);
+  };
   int err_pipe[2];
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
     int e = errno;
     if (capture) ::close(out_pipe[0]), ::close(out_pipe[1]);
+    close_in();
     throw HarnessError(errno_text("pipe2", e));
   }
   pid_t parent = ::getpid();
@@ -107,6 +117,7 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
   if (pid < 0) {
     int e = errno;
     if (capture) ::close(out_pipe[0]), ::close(out_pipe[1]);
+    close_in();
     ::close(err_pipe[0]);
     ::close(err_pipe[1]);
     throw HarnessError(errno_text("fork", e));
@@ -133,9 +144,13 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull < 0) fail(errno);
-    ::dup2(devnull, 0);
+    if (in_pipe[0] >= 0) {
+      ::dup2(in_pipe[0], 0);
+    } else {
+      int devnull = ::open("/dev/null", O_RDONLY);
+      if (devnull < 0) fail(errno);
+      ::dup2(devnull, 0);
+    }
     if (!out_file.empty()) {
       int fd = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (fd < 0) fail(errno);
@@ -159,6 +174,10 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
   if (capture) {
     ::close(out_pipe[1]);
     child.stdout_fd_ = out_pipe[0];
+  }
+  if (options.pipe_stdin) {
+    ::close(in_pipe[0]);
+    child.stdin_fd_ = in_pipe[1];
   }
   // Blocks only until exec (pipe closed) or a failure report: both immediate.
   int child_errno = 0;
@@ -184,6 +203,7 @@ ChildProcess ChildProcess::adopt(pid_t pid) {
 
 void ChildProcess::release() {
   close_stdout();
+  close_stdin();
   pid_ = -1;
   adopted_ = false;
   status_.reset();
@@ -198,7 +218,9 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
       reap_blocking_bounded(milliseconds(5000));
     }
     close_stdout();
+    close_stdin();
     pid_ = std::exchange(other.pid_, -1);
+    stdin_fd_ = std::exchange(other.stdin_fd_, -1);
     adopted_ = std::exchange(other.adopted_, false);
     stdout_fd_ = std::exchange(other.stdout_fd_, -1);
     stdout_eof_ = std::exchange(other.stdout_eof_, false);
@@ -214,11 +236,33 @@ ChildProcess::~ChildProcess() {
     reap_blocking_bounded(milliseconds(5000));
   }
   close_stdout();
+  close_stdin();
 }
 
 void ChildProcess::close_stdout() {
   if (stdout_fd_ >= 0) ::close(stdout_fd_);
   stdout_fd_ = -1;
+}
+
+void ChildProcess::close_stdin() {
+  if (stdin_fd_ >= 0) ::close(stdin_fd_);
+  stdin_fd_ = -1;
+}
+
+bool ChildProcess::write_line(std::string_view line) {
+  if (stdin_fd_ < 0) return false;
+  std::string text(line);
+  text += '\n';
+  std::size_t off = 0;
+  while (off < text.size()) {
+    // MSG_NOSIGNAL is for sockets; a closed pipe raises SIGPIPE unless ignored,
+    // so callers that write to children ignore SIGPIPE (zklock-bench does).
+    ssize_t n = ::write(stdin_fd_, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    off += static_cast<std::size_t>(n);
+  }
+  return true;
 }
 
 bool ChildProcess::running() {

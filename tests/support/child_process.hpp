@@ -35,6 +35,8 @@ struct SpawnOptions {
   // a pipe read with read_line() if capture_stdout, or inherited.
   std::optional<std::filesystem::path> output_file;
   bool capture_stdout = true;
+  // stdin is a pipe written with write_line() (else /dev/null).
+  bool pipe_stdin = false;
   // Working directory of the child; empty keeps the parent's.
   std::filesystem::path cwd;
   // Kill the child (SIGKILL) if the forking thread dies.  Off for processes
@@ -86,12 +88,17 @@ class ChildProcess {
   std::optional<std::string> read_line(milliseconds timeout);
   // Reads lines until one contains `needle` (returned) or the timeout passes.
   std::optional<std::string> read_until(std::string_view needle, milliseconds timeout);
+  // Writes `line` and '\n' to the child's stdin; false once the child closed
+  // it.  close_stdin() sends EOF.  REQUIRES: pipe_stdin.
+  bool write_line(std::string_view line);
+  void close_stdin();
 
  private:
   void reap_blocking_bounded(milliseconds timeout);
   void close_stdout();
 
   pid_t pid_ = -1;
+  int stdin_fd_ = -1;
   bool adopted_ = false;  // not our child: no waitpid, liveness from /proc
   int stdout_fd_ = -1;
   bool stdout_eof_ = false;
