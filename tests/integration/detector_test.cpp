@@ -360,6 +360,45 @@ TEST(Detector, TheMirrorReadsANodeOnlyOnceItsQueueIsContended) {
   EXPECT_NE(m.lone_nodes(owner_key("A")).at(0).czxid, 0);
 }
 
+// The recent-scan summary: nearest-rank quantiles over the last 128 scans
+// only, _sum/_count over all of them; and the mirror's load time once idle.
+TEST(Detector, ExportsRecentScanQuantilesAndTheMirrorLoadTime) {
+  Metrics m;
+  const std::string name = "zklock_detector_scan_recent_seconds";
+  EXPECT_EQ(m.render().find(name + "{quantile="), std::string::npos) << "no quantile before the first scan";
+  MirrorStats ms;
+  // Scans 1..200 ms: the last 128 are 73..200 ms.
+  for (int i = 1; i <= 200; ++i) {
+    Metrics::ScanFigures f;
+    f.scan_seconds = i / 1000.0;
+    ms.load_seconds = 2.5;
+    m.record_scan(f, ms);
+  }
+  const auto text = m.render();
+  EXPECT_NE(text.find("# TYPE " + name + " summary\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(name + "{quantile=\"0.5\"} 0.136\n"), std::string::npos) << text;  // rank 64 of 73..200
+  EXPECT_NE(text.find(name + "{quantile=\"0.99\"} 0.199\n"), std::string::npos) << text;  // rank 127
+  EXPECT_NE(text.find(name + "{quantile=\"1\"} 0.2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(name + "_sum 20.1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(name + "_count 200\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nzklock_detector_mirror_load_seconds 2.5\n"), std::string::npos) << text;
+
+  // A daemon's first scan after its mirror loaded exports the load time.
+  const auto root = test::unique_path("det-load");
+  Owner a("A");
+  a.hold(root + "/x");
+  Daemon d(config(root));
+  ASSERT_TRUE(d.mirror().wait_idle(10s));
+  d.scan_once();
+  const auto rendered = d.metrics().render();
+  const auto at = rendered.find("\nzklock_detector_mirror_load_seconds ");
+  ASSERT_NE(at, std::string::npos) << rendered;
+  const double load = std::strtod(rendered.c_str() + at + 37, nullptr);
+  EXPECT_GT(load, 0.0) << rendered;
+  EXPECT_LT(load, 10.0) << rendered;
+  EXPECT_NE(rendered.find(name + "{quantile=\"1\"} "), std::string::npos) << rendered;
+}
+
 // A gauge's value in the detector's /metrics text; NaN when absent.
 double gauge(const Daemon& d, const std::string& name) {
   const auto text = d.metrics().render();
