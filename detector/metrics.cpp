@@ -1,6 +1,9 @@
 #include "detector/metrics.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include <httplib.h>
 
@@ -60,6 +63,24 @@ std::string label_value(const std::string& v) {
   return out;
 }
 
+// A summary over a window: the nearest-rank quantiles 0.5, 0.99 and 1 (the
+// maximum) of `window`, with _sum and _count over every observation (the
+// Prometheus convention: rate(_sum)/rate(_count) stays a true mean). No
+// quantile line while the window is empty.
+void summary(std::string& out, const char* name, std::vector<double> window, double sum, std::uint64_t count,
+             const char* help) {
+  header(out, name, "summary", help);
+  std::sort(window.begin(), window.end());
+  for (const auto& [label, q] : {std::pair{"0.5", 0.5}, std::pair{"0.99", 0.99}, std::pair{"1", 1.0}}) {
+    if (window.empty()) break;
+    const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(window.size())));
+    out += std::string(name) + "{quantile=\"" + label + "\"} " + num(window[std::max<std::size_t>(rank, 1) - 1]) +
+           "\n";
+  }
+  out += std::string(name) + "_sum " + num(sum) + "\n";
+  out += std::string(name) + "_count " + std::to_string(count) + "\n";
+}
+
 }  // namespace
 
 void Histogram::observe(double v) {
@@ -85,6 +106,7 @@ void Metrics::record_scan(const ScanFigures& f, const MirrorStats& mirror) {
   std::lock_guard lock(mu_);
   last_ = f;
   mirror_ = mirror;
+  recent_[scans_ % kRecentScans] = f.scan_seconds;
   ++scans_;
   scan_seconds_.observe(f.scan_seconds);
 }
@@ -174,6 +196,10 @@ std::string Metrics::render() const {
   sample(out, "zklock_detector_scans_total", static_cast<double>(scans_), "Scans of the mirrored lock tree.", "counter");
   histogram(out, "zklock_detector_scan_duration_seconds", scan_seconds_,
             "Time to analyse one snapshot (graph, cycles, revocations).");
+  summary(out, "zklock_detector_scan_recent_seconds",
+          std::vector<double>(recent_.begin(), recent_.begin() + std::min<std::uint64_t>(scans_, kRecentScans)),
+          scan_seconds_.sum, scans_,
+          "Time to analyse one snapshot: quantiles 0.5, 0.99 and 1 (max) over the last 128 scans.");
   sample(out, "zklock_detector_cycles_detected_total", static_cast<double>(cycles_),
          "Deadlock cycles found (counted once per scan that sees them).", "counter");
   histogram(out, "zklock_detector_detection_latency_seconds", latency_seconds_,
@@ -192,6 +218,8 @@ std::string Metrics::render() const {
          "Revocations not performed because the cycle changed after the snapshot.", "counter");
   sample(out, "zklock_detector_mirror_nodes", static_cast<double>(mirror_.nodes), "Lock nodes in the mirror.");
   sample(out, "zklock_detector_mirror_dirs", static_cast<double>(mirror_.dirs), "Directories (watched znodes) in the mirror.");
+  sample(out, "zklock_detector_mirror_load_seconds", mirror_.load_seconds,
+         "Seconds from the mirror's start (or a new session's re-mirror) until it was first idle (0: loading).");
   sample(out, "zklock_detector_mirror_pending_reads", static_cast<double>(mirror_.pending),
          "Mirror reads queued or in flight.");
   sample(out, "zklock_detector_mirror_reads_total", static_cast<double>(mirror_.ops_issued),

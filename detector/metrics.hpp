@@ -79,6 +79,10 @@ class Metrics {
   std::uint64_t scans_ = 0, cycles_ = 0;
   std::map<std::pair<std::string, std::string>, std::uint64_t> revocations_;  // (policy, outcome)
   Histogram scan_seconds_, latency_seconds_;
+  // The last kRecentScans scan times, a ring: recent_[i % kRecentScans] is
+  // scan i's (0-based) for the newest min(scans_, kRecentScans) of them.
+  static constexpr std::size_t kRecentScans = 128;
+  std::array<double, kRecentScans> recent_{};
 };
 
 // Serves /metrics, /healthz and, with a board, / and /api/state on

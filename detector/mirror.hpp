@@ -4,10 +4,22 @@
 // Every znode under the root that is not a zklock lock node is a directory
 // (a lock path, or a plain parent of lock paths at any depth) and carries one
 // child watch. When a watch fires only that directory is listed again and
-// diffed: new lock nodes get their data and stat read once (the data never
-// changes), vanished ones are dropped, new directories are listed, vanished
-// ones are forgotten with their subtree. snapshot() reads memory only: a scan
-// costs no ZooKeeper operation while nothing changes.
+// diffed: vanished lock nodes are dropped, new directories are listed,
+// vanished ones are forgotten with their subtree, and a new lock node enters
+// the index from its name alone (`<mode>_<ownerkey>_<guid>_<seq>`: mode,
+// owner key, sequence). snapshot() reads memory only: a scan costs no
+// ZooKeeper operation while nothing changes.
+//
+// A lock node's data and stat (owner id, priority, czxid, ctime) are read
+// only while its queue has two or more nodes, once (the data never changes):
+// a node alone in its queue holds and nobody waits for it, so no wait, cycle
+// or age depends on its read fields. A listing that brings a queue to two
+// or more nodes reads every node of it not read yet, so a lock path held
+// alone costs one list (with its watch) and nothing else. An unread lone
+// node has no czxid (lone_nodes() reports 0; revoke() reads each victim's
+// stat itself before its multi) and names no owner id: its key's owner is
+// resolved from the key's read nodes, which include every node in a
+// contended queue (model/lock_index.hpp).
 //
 // The nodes live in a LockIndex updated by the same watch-driven diffs, so
 // snapshot() copies only the queues with two or more nodes (the only ones
@@ -26,7 +38,8 @@
 //
 // Reads are bounded: at most max_inflight operations are outstanding; the
 // rest wait in a queue (a first sync of a large tree does not flood the
-// connection).
+// connection). MirrorStats::load_seconds times a load: from start(), or from
+// a new session's re-mirror, until the mirror is next idle.
 //
 // Thread-safety: all methods may be called from any thread except a Client
 // callback. Client callbacks only update memory and issue further async
@@ -55,7 +68,8 @@ struct MirrorOptions {
   std::size_t max_depth = 32;          // directories deeper below the root are skipped
   std::size_t max_inflight = 256;
   std::shared_ptr<spdlog::logger> log;  // default: spdlog's default logger
-  // Called when a lock node's stat arrives: (lock path, node ctime in ms).
+  // Called when a lock node's stat arrives (nodes of contended queues
+  // only): (lock path, node ctime in ms).
   std::function<void(const std::string& lock, std::int64_t ctime_ms)> on_node_added;
 };
 
@@ -67,6 +81,9 @@ struct MirrorStats {
   std::uint64_t resyncs = 0;       // full re-lists (periodic and after a new session)
   std::uint64_t skipped_dirs = 0;  // directories skipped (oversized, NOAUTH, too deep)
   std::uint64_t bad_data = 0;      // lock nodes whose data did not decode
+  // Seconds from start() (or the last new session's re-mirror) until the
+  // mirror was first idle after it; 0 until then.
+  double load_seconds = 0;
 };
 
 class Mirror {
@@ -86,7 +103,8 @@ class Mirror {
   // Every lock queue (lock paths with at least one zklock node). O(all
   // nodes): for tools and tests, not for scans.
   std::vector<model::LockQueue> queues() const;
-  // The nodes an owner key holds alone in their queues, now.
+  // The nodes an owner key holds alone in their queues, now (czxid 0 for
+  // a node not read: see above).
   std::vector<model::LoneNode> lone_nodes(const std::string& owner_key) const;
   MirrorStats stats() const;
   // True when no read is queued or in flight (the copy is as current as the

@@ -9,7 +9,10 @@
 //
 //   - the owner id (the smallest valid owner named by any node with the key,
 //     as analyze_queues() resolves it), because a waiting node with bad data
-//     is named after its key's other nodes;
+//     is named after its key's other nodes. A node not read yet (the
+//     detector's mirror reads a node only while its queue is contended)
+//     names no owner; since the key is a hash of the owner id, a key's read
+//     nodes name the same owner as its unread ones would;
 //   - which lone queues the key holds, because victim policies count every
 //     node an owner holds and `--mode all` deletes them.
 //
@@ -37,7 +40,7 @@ namespace zklock::model {
 // A lock node held alone in its queue.
 struct LoneNode {
   std::string path;
-  std::int64_t czxid = 0;
+  std::int64_t czxid = 0;  // 0 while the node has not been read
 };
 
 class LockIndex {

@@ -269,12 +269,134 @@ TEST(Detector, ScansCostNoZooKeeperReadsWhileNothingChanges) {
   EXPECT_EQ(before.nodes, 2u);
   for (int i = 0; i < 20; ++i) d.scan_once();
   EXPECT_EQ(d.mirror().stats().ops_issued, before.ops_issued);
-  // A change costs a re-list of that one directory plus one read per new node.
+  // A change costs a re-list of that one directory plus, as x's queue
+  // becomes contended, one read of each of its two nodes.
   a.hold(root + "/one/x");
   test::eventually([&] { return d.mirror().stats().nodes >= 3; }, 10s);
   ASSERT_TRUE(d.mirror().wait_idle(10s));
   EXPECT_EQ(d.mirror().stats().nodes, 3u);
-  EXPECT_EQ(d.mirror().stats().ops_issued, before.ops_issued + 2);
+  EXPECT_EQ(d.mirror().stats().ops_issued, before.ops_issued + 3);
+}
+
+// A lock path held alone costs its listing and no read of its node: the
+// node's index entry comes from its name. When a second node arrives, both
+// are read, and the snapshot has their owners, priorities and stats.
+TEST(Detector, TheMirrorReadsANodeOnlyOnceItsQueueIsContended) {
+  const auto root = test::unique_path("det-lone");
+  Owner a("A", 3), b("B", 5);
+  const auto a_x = a.hold(root + "/x");
+  b.hold(root + "/y");
+  Client client(ClientOptions{.connect = test::shared_server().connect_string(), .session_timeout = 6s});
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> added;  // on_node_added's lock paths
+  MirrorOptions mo;
+  mo.root = root;
+  mo.on_node_added = [&](const std::string& lock, std::int64_t) {
+    std::lock_guard lock_guard(mu);
+    added.push_back(lock);
+    cv.notify_all();
+  };
+  Mirror m(client, mo);
+  m.start();
+  ASSERT_TRUE(m.wait_idle(10s));
+  auto st = m.stats();
+  EXPECT_EQ(st.nodes, 2u);
+  EXPECT_EQ(st.ops_issued, 3u) << "one list each of the root, x and y; no read of a lone node";
+  EXPECT_GT(st.load_seconds, 0.0);
+  {
+    std::lock_guard lock_guard(mu);
+    EXPECT_TRUE(added.empty());
+  }
+  const auto lone_snap = m.snapshot();
+  EXPECT_TRUE(lone_snap.contended.empty());
+  EXPECT_EQ(lone_snap.lone_queues, 2u);
+  for (const auto& q : m.queues()) {
+    ASSERT_EQ(q.nodes.size(), 1u);
+    EXPECT_EQ(q.nodes[0].czxid, 0) << "a lone node is not read";
+    EXPECT_TRUE(q.nodes[0].owner.empty());
+  }
+  const auto a_lone = m.lone_nodes(owner_key("A"));
+  ASSERT_EQ(a_lone.size(), 1u);
+  EXPECT_EQ(a_lone[0].path, a_x);
+
+  // B queues behind A on x: the re-list of x and a read of each of its nodes.
+  const auto b_x = b.enqueue(root + "/x", Mode::exclusive);
+  {
+    std::unique_lock lock_guard(mu);
+    ASSERT_TRUE(cv.wait_for(lock_guard, 10s, [&] { return added.size() >= 2; }));
+    EXPECT_EQ(added, (std::vector<std::string>{root + "/x", root + "/x"}));
+  }
+  ASSERT_TRUE(m.wait_idle(10s));
+  EXPECT_EQ(m.stats().ops_issued, st.ops_issued + 3);
+  const auto snap = m.snapshot();
+  ASSERT_EQ(snap.contended.size(), 1u);
+  EXPECT_EQ(snap.lone_queues, 1u);
+  ASSERT_EQ(snap.contended[0].nodes.size(), 2u);
+  for (const auto& n : snap.contended[0].nodes) {
+    const bool is_a = node_path(root + "/x", n.name) == a_x;
+    EXPECT_TRUE(is_a || node_path(root + "/x", n.name) == b_x);
+    EXPECT_EQ(n.owner, is_a ? "A" : "B");
+    EXPECT_EQ(n.priority, is_a ? 3 : 5);
+    EXPECT_EQ(n.czxid, client.stat(node_path(root + "/x", n.name)).czxid);
+    EXPECT_NE(n.ctime_ms, 0);
+  }
+  EXPECT_EQ(snap.keys.at(owner_key("A")).owner, "A");
+  EXPECT_EQ(snap.keys.at(owner_key("B")).owner, "B");
+  EXPECT_EQ(snap.keys.at(owner_key("B")).held_alone, 1u) << "B holds y alone";
+  const auto analysis = analyze_snapshot(
+      snap, AnalyzeOptions{std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch()).count(), 0ms});
+  EXPECT_EQ(analysis.owners.at("B").held_count(), 1u);
+  EXPECT_EQ(analysis.owners.at("B").waiting.size(), 1u);
+  EXPECT_EQ(analysis.owners.at("A").held, std::vector<std::string>{a_x});
+
+  // B leaves x: x is lone again and its read stays; nothing more is read.
+  const auto ops = m.stats().ops_issued;
+  remove_node(b.client(), b_x);
+  ASSERT_TRUE(test::eventually([&] { return m.stats().nodes == 2u && m.idle(); }, 10s));
+  EXPECT_EQ(m.stats().ops_issued, ops + 1) << "the re-list of x only";
+  EXPECT_TRUE(m.snapshot().contended.empty());
+  EXPECT_NE(m.lone_nodes(owner_key("A")).at(0).czxid, 0);
+}
+
+// The recent-scan summary: nearest-rank quantiles over the last 128 scans
+// only, _sum/_count over all of them; and the mirror's load time once idle.
+TEST(Detector, ExportsRecentScanQuantilesAndTheMirrorLoadTime) {
+  Metrics m;
+  const std::string name = "zklock_detector_scan_recent_seconds";
+  EXPECT_EQ(m.render().find(name + "{quantile="), std::string::npos) << "no quantile before the first scan";
+  MirrorStats ms;
+  // Scans 1..200 ms: the last 128 are 73..200 ms.
+  for (int i = 1; i <= 200; ++i) {
+    Metrics::ScanFigures f;
+    f.scan_seconds = i / 1000.0;
+    ms.load_seconds = 2.5;
+    m.record_scan(f, ms);
+  }
+  const auto text = m.render();
+  EXPECT_NE(text.find("# TYPE " + name + " summary\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(name + "{quantile=\"0.5\"} 0.136\n"), std::string::npos) << text;  // rank 64 of 73..200
+  EXPECT_NE(text.find(name + "{quantile=\"0.99\"} 0.199\n"), std::string::npos) << text;  // rank 127
+  EXPECT_NE(text.find(name + "{quantile=\"1\"} 0.2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(name + "_sum 20.1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(name + "_count 200\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nzklock_detector_mirror_load_seconds 2.5\n"), std::string::npos) << text;
+
+  // A daemon's first scan after its mirror loaded exports the load time.
+  const auto root = test::unique_path("det-load");
+  Owner a("A");
+  a.hold(root + "/x");
+  Daemon d(config(root));
+  ASSERT_TRUE(d.mirror().wait_idle(10s));
+  d.scan_once();
+  const auto rendered = d.metrics().render();
+  const auto at = rendered.find("\nzklock_detector_mirror_load_seconds ");
+  ASSERT_NE(at, std::string::npos) << rendered;
+  const double load = std::strtod(rendered.c_str() + at + 37, nullptr);
+  EXPECT_GT(load, 0.0) << rendered;
+  EXPECT_LT(load, 10.0) << rendered;
+  EXPECT_NE(rendered.find(name + "{quantile=\"1\"} "), std::string::npos) << rendered;
 }
 
 // A gauge's value in the detector's /metrics text; NaN when absent.
