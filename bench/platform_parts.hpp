@@ -80,9 +80,9 @@ struct FloorResult {
   double max_ops_per_s = 0;  // the highest rate sustained with p99 <= 10 ms
   std::vector<FloorStep> steps;
 };
-// The floor's owners at rising rates, each step beside a hot window:
-// `hot_window(warm, secs)` starts one and returns (start, measure, end);
-// `hot_result(end)` collects it.
+// The floor's owners at rising rates, each step in a window:
+// `hot_window(warm, secs)` starts one (beside the hot locks, or not) and
+// returns (start, measure, end); `hot_result(end)` collects it.
 using HotWindow = std::function<std::tuple<Clock::time_point, Clock::time_point, Clock::time_point>(double, double)>;
 FloorResult floor_step_up(const Env& env, const std::string& root, const PlatformSizes& p, const HotWindow& hot_window,
                           const std::function<nlohmann::json(Clock::time_point)>& hot_result);
@@ -97,7 +97,8 @@ struct PlatformRun {
   double window_s = 0;
   DetectorRun::Reading detector_end;
   CycleResult cycles;
-  FloorResult floor;
+  FloorResult floor;        // beside the hot locks and the held state: the same mix
+  FloorResult floor_quiet;  // beside the held state only
 };
 Figures platform_figures(const PlatformSizes& p, const PlatformRun& run);
 

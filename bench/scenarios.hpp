@@ -26,7 +26,7 @@ struct PlatformSizes {
   int cycles = 3;           // two-owner cycles planted in the window
   double warmup_s = 5, window_s = 60, alone_s = 15;
   // The floor's step-up: owner rates from floor_start doubling to floor_max.
-  double floor_start = 500, floor_max = 64000, floor_warmup_s = 1, floor_step_s = 4;
+  double floor_start = 100, floor_max = 64000, floor_warmup_s = 1, floor_step_s = 4;
 };
 
 struct Sizes {

@@ -35,7 +35,7 @@ bool LockIndex::insert(const std::string& lock, QueueNode node) {
   if (q.count(node.name)) return false;
   if (q.size() == 1) {
     mark_lone(lock, q, false);
-    contended_.insert(lock);
+    contended_.emplace(lock, &q);
   }
   ++keys_[node.owner_key].nodes;
   count_owner(node, +1);
@@ -84,16 +84,16 @@ void LockIndex::erase(const std::string& lock, const std::string& name) {
 QueueSnapshot LockIndex::snapshot() const {
   QueueSnapshot out;
   out.contended.reserve(contended_.size());
-  for (const auto& lock : contended_) {
-    const auto& q = queues_.at(lock);
+  for (const auto& [lock, queue] : contended_) {
+    const auto& q = *queue;
     LockQueue lq{lock, {}};
     lq.nodes.reserve(q.size());
     for (const auto& [name, n] : q) {
       lq.nodes.push_back(n);
-      if (out.keys.count(n.owner_key)) continue;
+      auto [slot, fresh] = out.keys.try_emplace(n.owner_key);
+      if (!fresh) continue;
       const auto& key = keys_.at(n.owner_key);
-      out.keys.emplace(n.owner_key, KeyFacts{key.owners.empty() ? std::string() : key.owners.begin()->first,
-                                             key.lone.size()});
+      slot->second = KeyFacts{key.owners.empty() ? std::string() : key.owners.begin()->first, key.lone.size()};
     }
     out.contended.push_back(std::move(lq));
   }

@@ -79,8 +79,10 @@ class LockIndex {
   // Invariants: no queue is empty; `contended_` holds exactly the queues
   // with >= 2 nodes; keys_[k].lone holds exactly the queues of size 1 whose
   // node has key k; keys_[k] exists exactly while some node has key k.
-  std::map<std::string, Queue> queues_;          // by lock path
-  std::set<std::string> contended_;
+  // contended_ points into queues_ (std::map nodes do not move), so a
+  // snapshot does not look each contended queue up by its long path again.
+  std::map<std::string, Queue> queues_;  // by lock path
+  std::map<std::string, const Queue*> contended_;
   std::unordered_map<std::string, KeyState> keys_;
   std::size_t nodes_ = 0;
 };
