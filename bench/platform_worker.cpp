@@ -69,16 +69,27 @@ ClientOptions client_options(const Args& a, std::shared_ptr<LockCounts> counts) 
   return o;
 }
 
-// Issues `n` acquisitions through `start(i, done)` at once and waits (bounded)
-// for all; the leases land in `out[i]`. Throws on any failure.
+// Issues `n` acquisitions through `start(i, done)`, at most `window` in flight,
+// and waits (bounded) for all; the leases land in `out[i]`. Throws on any
+// failure. The window matters: a session's requests are answered in order,
+// so a heartbeat sent behind 5,000 pipelined creates (times ten sessions on
+// one server) is answered seconds later, too late to raise the validity
+// bound, and every lease of the session is lost while the state is built.
 void pipelined(std::size_t n, std::vector<Lease>& out,
-               const std::function<void(std::size_t, AcquireCallback)>& start) {
+               const std::function<void(std::size_t, AcquireCallback)>& start, std::size_t window = 256) {
   std::mutex mu;
   std::condition_variable cv;
-  std::size_t left = n;
+  std::size_t left = n, inflight = 0;
   std::optional<Error> first;
   out.resize(n);
+  const auto deadline = Clock::now() + 600s;
   for (std::size_t i = 0; i < n; ++i) {
+    {
+      std::unique_lock lk(mu);
+      if (!cv.wait_until(lk, deadline, [&] { return inflight < window; }))
+        throw std::runtime_error("acquisitions did not finish");
+      ++inflight;
+    }
     start(i, [&, i](AcquireResult r) {
       std::lock_guard lk(mu);
       if (r.error) {
@@ -86,11 +97,13 @@ void pipelined(std::size_t n, std::vector<Lease>& out,
       } else {
         out[i] = std::move(r.lease);
       }
-      if (--left == 0) cv.notify_all();
+      --inflight;
+      --left;
+      cv.notify_all();
     });
   }
   std::unique_lock lk(mu);
-  if (!cv.wait_for(lk, 600s, [&] { return left == 0; })) throw std::runtime_error("acquisitions did not finish");
+  if (!cv.wait_until(lk, deadline, [&] { return left == 0; })) throw std::runtime_error("acquisitions did not finish");
   if (first) throw *first;
 }
 
@@ -123,6 +136,10 @@ class Owners {
       own_[i]->acquire_async(std::move(done), opts_[i]);
     });
     for (auto& l : first) l.release();
+    std::size_t lost = 0;
+    for (auto& l : held_) lost += l.valid() ? 0 : 1;
+    if (lost) throw std::runtime_error(std::to_string(lost) + " of " + std::to_string(held_.size()) +
+                                       " held locks lost while the state was built");
   }
 
   json window(Clock::time_point start, Clock::time_point measure, Clock::time_point end) {
