@@ -77,34 +77,43 @@ ClientOptions client_options(const Args& a, std::shared_ptr<LockCounts> counts) 
 // bound, and every lease of the session is lost while the state is built.
 void pipelined(std::size_t n, std::vector<Lease>& out,
                const std::function<void(std::size_t, AcquireCallback)>& start, std::size_t window = 256) {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::size_t left = n, inflight = 0;
-  std::optional<Error> first;
-  out.resize(n);
+  // Shared with the callbacks: one that completes after a timeout threw
+  // (when the Client shuts down) must not touch a dead stack frame.
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::size_t left = 0, inflight = 0;
+    std::optional<Error> first;
+    std::vector<Lease> leases;
+  };
+  auto st = std::make_shared<State>();
+  st->left = n;
+  st->leases.resize(n);
   const auto deadline = Clock::now() + 600s;
   for (std::size_t i = 0; i < n; ++i) {
     {
-      std::unique_lock lk(mu);
-      if (!cv.wait_until(lk, deadline, [&] { return inflight < window; }))
+      std::unique_lock lk(st->mu);
+      if (!st->cv.wait_until(lk, deadline, [&] { return st->inflight < window; }))
         throw std::runtime_error("acquisitions did not finish");
-      ++inflight;
+      ++st->inflight;
     }
-    start(i, [&, i](AcquireResult r) {
-      std::lock_guard lk(mu);
+    start(i, [st, i](AcquireResult r) {
+      std::lock_guard lk(st->mu);
       if (r.error) {
-        if (!first) first = *r.error;
+        if (!st->first) st->first = *r.error;
       } else {
-        out[i] = std::move(r.lease);
+        st->leases[i] = std::move(r.lease);
       }
-      --inflight;
-      --left;
-      cv.notify_all();
+      --st->inflight;
+      --st->left;
+      st->cv.notify_all();
     });
   }
-  std::unique_lock lk(mu);
-  if (!cv.wait_until(lk, deadline, [&] { return left == 0; })) throw std::runtime_error("acquisitions did not finish");
-  if (first) throw *first;
+  std::unique_lock lk(st->mu);
+  if (!st->cv.wait_until(lk, deadline, [&] { return st->left == 0; }))
+    throw std::runtime_error("acquisitions did not finish");
+  if (st->first) throw *st->first;
+  out = std::move(st->leases);
 }
 
 // --- owners -----------------------------------------------------------------
