@@ -140,6 +140,8 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "small counts, one run (CI: keeps the tool from rotting)");
   app.add_option("--runs", runs, "runs per scenario; medians are reported (default 3, --quick 1)");
   app.add_option("--connect", connect, "use this server (host:port, mntr allowed) instead of starting one");
+  int server_pid = 0;
+  app.add_option("--server-pid", server_pid, "with --connect: the server's process, for its CPU time (platform)");
   app.add_option("--only", only, "comma-separated scenarios: uncontended,ops,contended,drain,pipelined,handoff,fence,detector,retained,services,platform");
   app.add_option("--json", json_file, "write the results as JSON to this file");
   app.add_option("--drain", drain_sizes, "drain queue sizes (default 100 1000 5000)")->delimiter(',');
@@ -216,7 +218,7 @@ int main(int argc, char** argv) {
         env.connect = connect;
         env.mntr = mntr;
         env.quick = quick;
-        env.server_pid = server ? static_cast<int>(server->pid()) : 0;
+        env.server_pid = server ? static_cast<int>(server->pid()) : server_pid;
         env.run = run;
         env.root = "/bench/r" + std::to_string(run) + "-" + std::to_string(::getpid()) + "-" + name;
         env.log = [](const std::string& m) { std::cerr << "  " << m << "\n"; };

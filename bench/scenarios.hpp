@@ -18,7 +18,11 @@ struct PlatformSizes {
   int threads = 2;          // driver threads per owner process
   int rate_hz = 10;         // acquisitions per owner per second
   int held = 4;             // long-lived locks per owner
-  int retain_ms = 2000;
+  // Idle retention: the owners' locks are idle between the build and the
+  // window, and must still be retained when the detector loads its mirror
+  // (at full scale that outlasts a few seconds); in the window each is
+  // re-taken every 1/rate_hz.
+  int retain_ms = 120000;
   int hot_locks = 10;
   int hot_contenders = 100;  // per hot lock
   int hot_sessions = 20;
