@@ -82,7 +82,9 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
     std::string_view key = kv.substr(0, kv.find('='));
     bool overridden = std::any_of(options.env.begin(), options.env.end(),
                                   [&](auto& p) { return p.first == key; });
-    if (!overridden) env_strings.emplace_back(kv);
+    bool dropped = std::any_of(options.env_drop_prefixes.begin(), options.env_drop_prefixes.end(),
+                               [&](auto& prefix) { return key.starts_with(prefix); });
+    if (!overridden && !dropped) env_strings.emplace_back(kv);
   }
   for (auto& [k, v] : options.env) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp;
@@ -90,6 +92,7 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
   envp.push_back(nullptr);
 
   std::string out_file = options.output_file ? options.output_file->string() : "";
+  std::string err_file = !options.output_file && options.stderr_file ? options.stderr_file->string() : "";
   std::string cwd = options.cwd.string();
   bool capture = !options.output_file && options.capture_stdout;
 
@@ -158,6 +161,11 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
       ::dup2(fd, 2);
     } else if (capture) {
       ::dup2(out_pipe[1], 1);
+    }
+    if (!err_file.empty()) {
+      int fd = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd < 0) fail(errno);
+      ::dup2(fd, 2);
     }
     // Nothing else of the parent's (client sockets, pipes) leaks into the child.
     if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
@@ -326,11 +334,20 @@ std::optional<std::string> ChildProcess::read_line(milliseconds timeout) {
       if (buffer_.empty()) return std::nullopt;
       return std::exchange(buffer_, std::string());
     }
-    int left = static_cast<int>(remaining(deadline).count());
+    if (!fill_buffer(deadline)) return std::nullopt;
+  }
+}
+
+bool ChildProcess::fill_buffer(Clock::time_point deadline) {
+  if (stdout_fd_ < 0) {
+    stdout_eof_ = true;
+    return true;
+  }
+  while (true) {
     pollfd p{stdout_fd_, POLLIN, 0};
-    int r = ::poll(&p, 1, left);
+    int r = ::poll(&p, 1, static_cast<int>(remaining(deadline).count()));
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return std::nullopt;
+    if (r <= 0) return false;
     char buf[4096];
     ssize_t n = ::read(stdout_fd_, buf, sizeof buf);
     if (n > 0) {
@@ -338,7 +355,16 @@ std::optional<std::string> ChildProcess::read_line(milliseconds timeout) {
     } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
       stdout_eof_ = true;
     }
+    return true;
   }
+}
+
+std::optional<std::string> ChildProcess::read_to_end(milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  while (!stdout_eof_) {
+    if (!fill_buffer(deadline)) return std::nullopt;
+  }
+  return std::exchange(buffer_, std::string());
 }
 
 std::optional<std::string> ChildProcess::read_until(std::string_view needle, milliseconds timeout) {

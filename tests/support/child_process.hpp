@@ -31,10 +31,16 @@ struct SpawnOptions {
   std::vector<std::string> argv;  // argv[0] is looked up in PATH if it has no '/'
   // Added to (or replacing in) the parent's environment.
   std::vector<std::pair<std::string, std::string>> env;
+  // The parent's variables whose names start with one of these are not passed
+  // on (ZKLOCK_: nothing leaks in from the developer's shell).  `env` still is.
+  std::vector<std::string> env_drop_prefixes;
   // If set, stdout and stderr are appended to this file.  Otherwise stdout is
   // a pipe read with read_line() if capture_stdout, or inherited.
   std::optional<std::filesystem::path> output_file;
   bool capture_stdout = true;
+  // If set (and output_file is not), stderr is appended to this file;
+  // otherwise it is inherited (or goes to output_file).
+  std::optional<std::filesystem::path> stderr_file;
   // stdin is a pipe written with write_line() (else /dev/null).
   bool pipe_stdin = false;
   // Working directory of the child; empty keeps the parent's.
@@ -86,6 +92,9 @@ class ChildProcess {
   // Next line (without '\n') of the child's stdout, or nullopt if none arrived
   // within `timeout` or stdout ended.  REQUIRES: capture_stdout, no output_file.
   std::optional<std::string> read_line(milliseconds timeout);
+  // The rest of stdout up to its end, or nullopt if it has not ended within
+  // `timeout` (what arrived stays buffered).  REQUIRES: as read_line.
+  std::optional<std::string> read_to_end(milliseconds timeout);
   // Reads lines until one contains `needle` (returned) or the timeout passes.
   std::optional<std::string> read_until(std::string_view needle, milliseconds timeout);
   // Writes `line` and '\n' to the child's stdin; false once the child closed
@@ -96,6 +105,9 @@ class ChildProcess {
  private:
   void reap_blocking_bounded(milliseconds timeout);
   void close_stdout();
+  // One read of stdout into buffer_ (or its end noted); false if nothing
+  // arrived before `deadline`.
+  bool fill_buffer(Clock::time_point deadline);
 
   pid_t pid_ = -1;
   int stdin_fd_ = -1;
@@ -105,5 +117,20 @@ class ChildProcess {
   std::string buffer_;
   std::optional<ExitStatus> status_;
 };
+
+// A program run to its end: its exit code (128 + signal if killed), both
+// output streams, and how long it took.
+struct RunResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+  milliseconds took{0};
+  bool timed_out = false;  // killed (SIGKILL to its group) at the deadline
+  std::string describe() const;  // "exit 2 after 12 ms\n--- stdout ---\n...--- stderr ---\n..."
+};
+
+// Spawns `options` (stdout captured, stderr to a temporary file: both end up
+// in the result) and waits for it to exit, at most `timeout`.
+RunResult run_to_exit(SpawnOptions options, milliseconds timeout);
 
 }  // namespace zklock::test

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <iterator>
 #include <thread>
 #include <vector>
 
@@ -57,6 +58,17 @@ fs::path make_temp_dir(const std::string& prefix) {
   buf.push_back('\0');
   if (::mkdtemp(buf.data()) == nullptr) throw HarnessError(detail::errno_text("mkdtemp " + templ, errno));
   return fs::path(buf.data());
+}
+
+TempDir::~TempDir() {
+  if (path_.empty()) return;
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::string read_file(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 }  // namespace zklock::test

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace zklock::test {
 
@@ -40,6 +41,26 @@ bool eventually(Pred pred, milliseconds timeout = milliseconds(10000)) {
 
 // A new, empty directory $TMPDIR/<prefix>XXXXXX (mkdtemp).  Throws HarnessError.
 std::filesystem::path make_temp_dir(const std::string& prefix);
+
+// A fresh temporary directory (make_temp_dir), removed with everything in it
+// when the object goes.  Move-only.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "zklock-test-") : path_(make_temp_dir(prefix)) {}
+  TempDir(TempDir&& other) noexcept : path_(std::exchange(other.path_, {})) {}
+  TempDir& operator=(TempDir&&) = delete;
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The whole file, or "" if it cannot be read (a log that was never written).
+std::string read_file(const std::filesystem::path& file);
 
 // Helpers the harness's own files share; not meant for tests.
 namespace detail {
