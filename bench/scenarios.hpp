@@ -55,16 +55,16 @@ struct Sizes {
   double services_seconds = 10;
   PlatformSizes platform;
 
-  static Sizes quick();
+  static Sizes quick();  // scenario_support.cpp
 };
 
-Figures uncontended(const Env& env, const Sizes& s);
-Figures contended(const Env& env, const Sizes& s);
-Figures drain(const Env& env, const Sizes& s);
-Figures pipelined(const Env& env, const Sizes& s);
-Figures handoff(const Env& env, const Sizes& s);
-Figures op_costs(const Env& env, const Sizes& s);
-Figures fence_gate(const Env& env, const Sizes& s);
+Figures uncontended(const Env& env, const Sizes& s);        // uncontended.cpp
+Figures contended(const Env& env, const Sizes& s);          // contended.cpp
+Figures drain(const Env& env, const Sizes& s);              // drain.cpp
+Figures pipelined(const Env& env, const Sizes& s);          // pipelined.cpp
+Figures handoff(const Env& env, const Sizes& s);            // contended.cpp
+Figures op_costs(const Env& env, const Sizes& s);           // op_costs.cpp
+Figures fence_gate(const Env& env, const Sizes& s);         // fence_gate.cpp
 Figures detector_at_scale(const Env& env, const Sizes& s);  // detector_scale.cpp
 Figures retained(const Env& env, const Sizes& s);           // retained.cpp
 Figures services(const Env& env, const Sizes& s);           // retained.cpp
@@ -73,7 +73,7 @@ Figures platform(const Env& env, const Sizes& s);           // platform.cpp
 // The server's last zxid (`srvr`): one per committed write transaction.
 std::int64_t server_zxid(const Env& env);  // retained.cpp
 
-// One side of an interleaved comparison (scenarios.cpp): acquire and release one lock.
+// One side of an interleaved comparison (uncontended.cpp): acquire and release one lock.
 struct CycleFns {
   std::function<void()> acquire, release;
 };
