@@ -1,5 +1,5 @@
 // zklock_test_worker nemesis: one contender of the nemesis run
-// (tests/stories/nemesis_test.cpp). It loops try_acquire_for → hold → release
+// (tests/faults/nemesis_test.cpp). It loops try_acquire_for → hold → release
 // on one FairMutex, re-creates its Client when the session is gone, and
 // reports every grant, release and validity interval on CLOCK_MONOTONIC (one
 // clock for every process on the machine: the test compares instants of

@@ -1,6 +1,6 @@
 // zklock_test_worker rounds: one real process contending for one FairMutex,
 // a number of acquisitions in a row, checking exclusion and token order from
-// inside the critical section (tests/integration/lock_stories_test.cpp).
+// inside the critical section (tests/order/queue_order_test.cpp).
 //
 // Usage:
 //   zklock_test_worker rounds --zk HOST:PORT --lock /path [options]

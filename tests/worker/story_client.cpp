@@ -2,23 +2,19 @@
 // fenced-store (spawned per write), and its RSS.
 #include "story_client.hpp"
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <exception>
 #include <fstream>
-#include <vector>
+#include <utility>
 
+#include "child_process.hpp"
 #include "worker.hpp"
 #include "zklock/error.hpp"
-
-extern char** environ;
 
 namespace zklock::test_worker {
 namespace {
@@ -40,50 +36,26 @@ struct WriteOutcome {
   std::string message;  // the store's stderr, first line
 };
 
-// Runs `fenced-store --db DB put KEY VALUE --token T [--fence F]`, capturing stderr.
+// Runs `fenced-store --db DB put KEY VALUE --token T [--fence F]` to its end
+// (ChildProcess: in its own process group, killed if this thread dies),
+// capturing stderr.
 WriteOutcome store_put(const std::string& db, const std::string& key, const std::string& value,
                        const std::string& token, const std::string& fence) {
 #ifndef FENCED_STORE_BIN
   (void)db, (void)key, (void)value, (void)token, (void)fence;
   return {-1, "this zklock_test_worker was built without fenced-store (ZKLOCK_BUILD_EXAMPLES=OFF)"};
 #else
-  int err_pipe[2];
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return {-1, std::string("pipe: ") + std::strerror(errno)};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  std::vector<std::string> args = {FENCED_STORE_BIN, "--db", db, "put", key, value, "--token", token};
-  if (!fence.empty()) {
-    args.push_back("--fence");
-    args.push_back(fence);
+  zklock::test::SpawnOptions options{.argv = {FENCED_STORE_BIN, "--db", db, "put", key, value, "--token", token}};
+  if (!fence.empty()) options.argv.insert(options.argv.end(), {"--fence", fence});
+  zklock::test::RunResult r;
+  try {
+    // Bounded, unlike a write's wait on the store: a store stuck past a
+    // minute is reported as killed (rc 137), not waited for forever.
+    r = zklock::test::run_to_exit(std::move(options), std::chrono::seconds(60));
+  } catch (const std::exception& e) {
+    return {-1, std::string("spawn fenced-store: ") + e.what()};
   }
-  std::vector<char*> argv;
-  for (auto& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, FENCED_STORE_BIN, &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(err_pipe[1]);
-  if (rc != 0) {
-    ::close(err_pipe[0]);
-    return {-1, std::string("spawn fenced-store: ") + std::strerror(rc)};
-  }
-  std::string err;
-  char buf[1024];
-  while (true) {
-    ssize_t n = ::read(err_pipe[0], buf, sizeof buf);
-    if (n > 0) err.append(buf, static_cast<std::size_t>(n));
-    else if (n == 0 || errno != EINTR) break;
-  }
-  ::close(err_pipe[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  WriteOutcome out;
-  out.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  out.message = err.substr(0, err.find('\n'));
-  return out;
+  return {r.code, r.err.substr(0, r.err.find('\n'))};
 #endif
 }
 

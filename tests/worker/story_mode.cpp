@@ -1,5 +1,5 @@
 // zklock_test_worker story: one real lock client for the failure stories,
-// driven by commands, as N waiters, or in a loop (tests/stories).
+// driven by commands, as N waiters, or in a loop (tests/loss, tests/faults).
 //
 // A separate process, so the stories can freeze it (SIGSTOP), kill it
 // (SIGKILL) and resume it (SIGCONT) like an operating system would. It reports
