@@ -1,7 +1,6 @@
 // zklock's bash completion (cli/zklock.bash-completion), driven in a bash
 // subprocess the way bash does it: COMP_WORDS/COMP_CWORD set, _zklock
 // called, COMPREPLY read. Lock paths come from a real server.
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -18,12 +17,7 @@ namespace fs = std::filesystem;
 
 const std::string kCompletion = std::string(ZKLOCK_SOURCE_DIR) + "/cli/zklock.bash-completion";
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using zklock::test::read_file;
 
 std::string quote(const std::string& s) {
   std::string out = "'";

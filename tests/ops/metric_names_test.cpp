@@ -2,7 +2,6 @@
 // that a running zklock-detector exports: every zklock_* name in them must
 // be a sample in the binary's /metrics. And every metric family /metrics
 // declares is documented in docs/detector.md.
-#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -18,12 +17,12 @@ using namespace std::chrono_literals;
 
 const std::string kSource = ZKLOCK_SOURCE_DIR;
 
+// A source file that must exist and say something: an empty read would make
+// every check below pass vacuously.
 std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  auto text = zklock::test::read_file(path);
+  if (text.empty()) throw std::runtime_error("cannot read " + path + " (or it is empty)");
+  return text;
 }
 
 std::set<std::string> metric_names_in(const std::string& text) {
@@ -88,7 +87,7 @@ TEST(DeployMetricNames, RulesAndDashboardUseOnlyMetricsARunningDetectorExports) 
       },
       20s);
   detector.terminate(5000ms);
-  ASSERT_TRUE(up) << "no leading detector on /metrics:\n" << metrics << "\n--- log ---\n" << read_file(log.string());
+  ASSERT_TRUE(up) << "no leading detector on /metrics:\n" << metrics << "\n--- log ---\n" << zklock::test::read_file(log);
   std::filesystem::remove(log);
 
   const auto exported = parse(metrics);

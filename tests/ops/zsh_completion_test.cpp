@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -23,12 +22,7 @@ namespace fs = std::filesystem;
 
 const std::string kSourceDir = ZKLOCK_SOURCE_DIR;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using zklock::test::read_file;
 
 // zsh on PATH, or empty.
 std::string find_zsh() {
