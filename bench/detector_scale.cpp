@@ -77,11 +77,11 @@ void plant(FloorSession& s, const std::vector<NodeSpec>& specs) {
 }
 
 NodeSpec lock_node(const std::string& lock, const std::string& owner) {
-  NodeData d;
+  protocol::NodeData d;
   d.owner = owner;
   d.host = "bench";
   d.pid = ::getpid();
-  return {lock + "/" + lock_node_prefix(Mode::exclusive, owner_key(owner), new_guid()), encode_node_data(d),
+  return {lock + "/" + protocol::lock_node_prefix(Mode::exclusive, protocol::owner_key(owner), protocol::new_guid()), protocol::encode_node_data(d),
           ZOO_EPHEMERAL | ZOO_SEQUENCE};
 }
 

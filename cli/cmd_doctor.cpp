@@ -234,7 +234,7 @@ std::vector<Check> run_checks(const GlobalOptions& g, milliseconds head_threshol
     Check c{"acl", "ok", ""};
     try {
       (void)client->children(root);
-      const std::string probe = root + "/zklock-doctor-" + new_guid();
+      const std::string probe = root + "/zklock-doctor-" + protocol::new_guid();
       std::promise<std::pair<Status, Stat>> created;
       std::promise<Status> removed;
       client->create_async(probe, "", CreateMode::ephemeral,

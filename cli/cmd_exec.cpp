@@ -181,8 +181,8 @@ int status_of(int wstatus) {
 std::string readable_detail(const std::string& text) {
   const auto brace = text.find('{');
   if (brace != std::string::npos) {
-    if (auto record = decode_revocation_record(std::string_view(text).substr(brace))) {
-      return revocation_message(*record);
+    if (auto record = protocol::decode_revocation_record(std::string_view(text).substr(brace))) {
+      return protocol::revocation_message(*record);
     }
   }
   return text;

@@ -18,11 +18,11 @@ struct RevocationsOptions {
 
 void run_revocations(const GlobalOptions& g, const RevocationsOptions& o) {
   auto client = connect(g);
-  const std::string dir(kRevocationsPath);
+  const std::string dir(protocol::kRevocationsPath);
   const auto names = client->try_children(dir).value_or(std::vector<std::string>{});  // none yet: empty
   struct Entry {
     std::string path;
-    RevocationRecord record;
+    protocol::RevocationRecord record;
     bool valid;
   };
   std::vector<Entry> entries;
@@ -31,8 +31,8 @@ void run_revocations(const GlobalOptions& g, const RevocationsOptions& o) {
     Stat stat;
     const auto data = client->try_get(p, &stat);
     if (!data) continue;  // pruned meanwhile
-    auto rec = decode_revocation_record(*data);
-    Entry e{p, rec.value_or(RevocationRecord{}), rec.has_value()};
+    auto rec = protocol::decode_revocation_record(*data);
+    Entry e{p, rec.value_or(protocol::RevocationRecord{}), rec.has_value()};
     if (!e.valid) e.record.time_ms = stat.ctime;
     entries.push_back(std::move(e));
   }
@@ -55,7 +55,7 @@ void run_revocations(const GlobalOptions& g, const RevocationsOptions& o) {
                                   {"victim_owner", r.victim_owner},
                                   {"victim_token", r.victim_token},
                                   {"cycle", std::move(cycle)},
-                                  {"cycle_text", cycle_text(r)},
+                                  {"protocol::cycle_text", protocol::cycle_text(r)},
                                   {"policy", r.policy},
                                   {"mode", r.mode},
                                   {"by", r.detector},
@@ -77,7 +77,7 @@ void run_revocations(const GlobalOptions& g, const RevocationsOptions& o) {
                  "(malformed record)"});
       continue;
     }
-    std::string why = cycle_text(r);
+    std::string why = protocol::cycle_text(r);
     if (!r.reason.empty()) why = why.empty() ? r.reason : why + "; " + r.reason;
     t.add_row({humanize_age(std::chrono::milliseconds(now - r.time_ms)) + " ago", r.victim_node, r.victim_owner,
                r.policy, r.mode, r.detector, why.empty() ? "-" : why});

@@ -35,7 +35,7 @@ void run_revoke(const GlobalOptions& g, const RevokeOptions& o) {
   if (o.reason.empty()) throw CliError(exit_code::usage, "--reason must not be empty");
   const std::string path = resolve_path(o.node, g.root);
   const auto [lock, name] = split_path(path);
-  const auto parsed = parse_lock_node_name(name);
+  const auto parsed = protocol::parse_lock_node_name(name);
   if (!parsed) throw CliError(exit_code::usage, path + " is not a zklock lock node (see 'zklock queue LOCK')");
   auto client = connect(g);
 
@@ -46,7 +46,7 @@ void run_revoke(const GlobalOptions& g, const RevokeOptions& o) {
   if (node == view.nodes.end()) throw CliError(exit_code::no_such, "no such node: " + path);
   const auto analysis = analyze({view}, std::chrono::milliseconds::zero(), now_ms());
 
-  RevocationRequest req;
+  protocol::RevocationRequest req;
   req.victims.push_back({path, analysis.nodes.at(path).owner, node->stat.czxid});
   req.record.policy = "operator";
   req.record.mode = "wait";
@@ -54,10 +54,10 @@ void run_revoke(const GlobalOptions& g, const RevokeOptions& o) {
   req.record.time_ms = now_ms();
   req.record.reason = o.reason;
   const auto timeout = client->options().session_timeout + std::chrono::seconds(5);
-  const RevokeResult r = revoke(*client, req, timeout);
+  const protocol::RevokeResult r = revoke(*client, req, timeout);
 
   if (g.json) {
-    nlohmann::json j{{"outcome", revoke_outcome_name(r.outcome)},
+    nlohmann::json j{{"outcome", protocol::revoke_outcome_name(r.outcome)},
                      {"node", path},
                      {"owner", req.victims.front().owner},
                      {"records", r.records},
@@ -65,16 +65,16 @@ void run_revoke(const GlobalOptions& g, const RevokeOptions& o) {
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
   switch (r.outcome) {
-    case RevokeOutcome::revoked:
+    case protocol::RevokeOutcome::revoked:
       if (!g.json) {
         std::cout << "revoked " << path << " (owner " << req.victims.front().owner << "); record "
-                  << (r.records.empty() ? revocation_record_path(path) : r.records.front()) << "\n";
+                  << (r.records.empty() ? protocol::revocation_record_path(path) : r.records.front()) << "\n";
       }
       return;
-    case RevokeOutcome::aborted:
+    case protocol::RevokeOutcome::aborted:
       throw CliError(exit_code::no_such, "no such node: " + path + " (gone before it could be revoked)");
-    case RevokeOutcome::deposed:
-    case RevokeOutcome::failed:
+    case protocol::RevokeOutcome::deposed:
+    case protocol::RevokeOutcome::failed:
       break;
   }
   const int code = r.status.ok() ? exit_code::failure : exit_code_for(r.status.code());

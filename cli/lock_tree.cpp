@@ -48,12 +48,12 @@ std::vector<NodeView> read_nodes(Client& client, const std::string& parent,
     auto& n = batch->nodes[i];
     n.name = names[i];
     n.path = model::node_path(parent, names[i]);
-    n.parsed = parse_lock_node_name(names[i]);
+    n.parsed = protocol::parse_lock_node_name(names[i]);
     client.get_async(n.path, {}, [batch, i](Status st, std::string data, const Stat& stat) {
       std::lock_guard lk(batch->mu);
       if (st.ok()) {
         batch->nodes[i].stat = stat;
-        batch->nodes[i].data = decode_node_data(data);
+        batch->nodes[i].data = protocol::decode_node_data(data);
         batch->present[i] = true;
       } else if (!st.is(Errc::no_node) && !batch->failure) {
         batch->failure = st;
@@ -85,7 +85,7 @@ LockView build_lock(Client& client, const std::string& path, const std::vector<s
   lock.path = path;
   std::vector<std::string> ours;
   for (const auto& c : children) {
-    if (parse_lock_node_name(c)) {
+    if (protocol::parse_lock_node_name(c)) {
       ours.push_back(c);
     } else {
       NodeView f;
@@ -120,7 +120,7 @@ void walk(Client& client, const std::string& path, bool is_root, bool parent_is_
   }
   std::sort(children.begin(), children.end());
   const bool has_lock_nodes = std::any_of(children.begin(), children.end(),
-                                          [](const std::string& c) { return parse_lock_node_name(c).has_value(); });
+                                          [](const std::string& c) { return protocol::parse_lock_node_name(c).has_value(); });
   if (has_lock_nodes || (children.empty() && !is_root && !parent_is_lock)) {
     try {
       out.locks.push_back(build_lock(client, path, children));
@@ -132,7 +132,7 @@ void walk(Client& client, const std::string& path, bool is_root, bool parent_is_
   }
   if (depth >= 64) return;  // deeper trees are not lock trees
   for (const auto& c : children) {
-    if (parse_lock_node_name(c)) continue;  // ephemeral: no children
+    if (protocol::parse_lock_node_name(c)) continue;  // ephemeral: no children
     walk(client, model::node_path(path, c), false, has_lock_nodes, depth + 1, out);
   }
 }

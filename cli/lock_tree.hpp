@@ -29,8 +29,8 @@ namespace zklock::cli {
 struct NodeView {
   std::string name;                     // child name as listed
   std::string path;                     // full path
-  std::optional<LockNodeName> parsed;   // nullopt: a foreign child
-  std::optional<NodeData> data;         // nullopt: missing or malformed data
+  std::optional<protocol::LockNodeName> parsed;   // nullopt: a foreign child
+  std::optional<protocol::NodeData> data;         // nullopt: missing or malformed data
   Stat stat;
 };
 

@@ -153,7 +153,7 @@ void Daemon::run() {
     if (now >= next_prune && election_->is_leader() && !config_.dry_run) {
       next_prune = now + config_.prune_interval;
       try {
-        if (const auto n = prune_revocation_records(*client_, config_.keep_records)) {
+        if (const auto n = protocol::prune_revocation_records(*client_, config_.keep_records)) {
           log_->info("pruned {} old revocation records (keeping {})", n, config_.keep_records);
         }
       } catch (const std::exception& e) {
@@ -252,7 +252,7 @@ CycleReport Daemon::handle_cycle(const model::Cycle& cycle, const model::WaitAna
   } else if (!leader_node) {
     r.outcome = "standby";
   } else {
-    RevocationRequest req;
+    protocol::RevocationRequest req;
     req.victims.push_back({r.victim.node, r.victim.owner, r.victim.czxid});
     if (config_.mode == RevocationMode::all) {
       if (auto it = analysis.owners.find(r.victim.owner); it != analysis.owners.end()) {
@@ -279,11 +279,11 @@ CycleReport Daemon::handle_cycle(const model::Cycle& cycle, const model::WaitAna
     for (const auto& w : cycle.waits) req.record.cycle.push_back({w.waiter, w.lock, w.waiter_node});
     if (before_revoke) before_revoke(cycle);
     const auto result = revoke(*client_, req, config_.session_timeout);
-    r.outcome = std::string(revoke_outcome_name(result.outcome));
+    r.outcome = std::string(protocol::revoke_outcome_name(result.outcome));
     r.detail = result.detail;
     metrics_.revocation(policy, r.outcome);
-    if (result.outcome == RevokeOutcome::deposed) election_->recheck();
-    if (result.outcome == RevokeOutcome::revoked) {
+    if (result.outcome == protocol::RevokeOutcome::deposed) election_->recheck();
+    if (result.outcome == protocol::RevokeOutcome::revoked) {
       for (const auto& v : req.victims) revoked_nodes_.insert(v.node);
     }
   }
@@ -319,7 +319,7 @@ void Daemon::update_status(const model::QueueSnapshot& snapshot, std::int64_t no
 }
 
 void Daemon::read_revocations() {
-  const std::string dir(kRevocationsPath);
+  const std::string dir(protocol::kRevocationsPath);
   const auto names = client_->try_children(dir).value_or(std::vector<std::string>{});  // none yet: empty
   const std::set<std::string> present(names.begin(), names.end());
   std::erase_if(revocations_, [&](const auto& e) { return !present.count(e.first); });
@@ -332,7 +332,7 @@ void Daemon::read_revocations() {
     Stat stat;
     const auto bytes = client_->try_get(dir + "/" + name, &stat);
     if (!bytes) continue;  // pruned meanwhile
-    StatusRevocation rv{dir + "/" + name, decode_revocation_record(*bytes).value_or(RevocationRecord{})};
+    StatusRevocation rv{dir + "/" + name, protocol::decode_revocation_record(*bytes).value_or(protocol::RevocationRecord{})};
     if (rv.r.time_ms == 0) rv.r.time_ms = stat.ctime;
     if (rv.r.victim_node.empty()) rv.r.reason = "(malformed record)";
     revocations_.emplace(name, std::move(rv));

@@ -66,7 +66,7 @@ struct LeaderElection::Core : std::enable_shared_from_this<LeaderElection::Core>
       std::lock_guard lock(mu);
       if (stopped) return;
       gen = ++generation;
-      if (new_session || guid.empty()) guid = new_guid();
+      if (new_session || guid.empty()) guid = protocol::new_guid();
       node.reset();
     }
     set_leader(false);

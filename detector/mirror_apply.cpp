@@ -131,8 +131,8 @@ void Mirror::Core::on_get(const Work& w, Status s, const std::string& data, cons
         const auto name = child_name(n.lock, w.path);
         if (s.ok()) {
           n.have_stat = true;
-          auto decoded = decode_node_data(data);
-          if (decoded && owner_key(decoded->owner) == parse_lock_node_name(name)->owner_key) {
+          auto decoded = protocol::decode_node_data(data);
+          if (decoded && protocol::owner_key(decoded->owner) == protocol::parse_lock_node_name(name)->owner_key) {
             index.set_read(n.lock, name, st.czxid, st.ctime, std::move(decoded->owner), decoded->priority);
           } else {
             index.set_read(n.lock, name, st.czxid, st.ctime, {}, 0);

@@ -148,7 +148,7 @@ std::string status_json(const StatusData& d) {
                                 {"victim_owner", r.victim_owner},
                                 {"victim_token", r.victim_token},
                                 {"cycle", std::move(cycle)},
-                                {"cycle_text", cycle_text(r)},
+                                {"protocol::cycle_text", protocol::cycle_text(r)},
                                 {"policy", r.policy},
                                 {"mode", r.mode},
                                 {"by", r.detector},

@@ -57,7 +57,7 @@ struct StatusLock {
 
 struct StatusRevocation {
   std::string record;  // its znode path
-  RevocationRecord r;
+  protocol::RevocationRecord r;
 };
 
 struct StatusData {

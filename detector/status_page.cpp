@@ -134,7 +134,7 @@ void revocations_section(std::string& out, const StatusData& d) {
            "<th>By</th></tr>\n";
     for (const auto& rv : d.revocations) {
       const auto& r = rv.r;
-      std::string why = cycle_text(r);
+      std::string why = protocol::cycle_text(r);
       if (!r.reason.empty()) why = why.empty() ? r.reason : why + "; " + r.reason;
       out += "<tr><td title=\"" + utc(r.time_ms) + "\">" + age(std::max<std::int64_t>(0, d.time_ms - r.time_ms)) +
              " ago</td><td>" + html_escape(r.victim_owner) + "<br><code>" + html_escape(r.victim_node) +

@@ -13,17 +13,17 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
-  const auto decoded = zklock::decode_node_data(input);
+  const auto decoded = zklock::protocol::decode_node_data(input);
   if (!decoded) return 0;
-  if (size > zklock::kMaxNodeDataBytes) std::abort();  // oversized data must be refused
+  if (size > zklock::protocol::kMaxNodeDataBytes) std::abort();  // oversized data must be refused
   std::string again;
   try {
-    again = zklock::encode_node_data(*decoded);
+    again = zklock::protocol::encode_node_data(*decoded);
   } catch (const zklock::Error&) {
     return 0;  // owner and host alone too long once re-escaped: refused, not a crash
   }
-  if (again.size() > zklock::kMaxNodeDataBytes) std::abort();
-  const auto round = zklock::decode_node_data(again);
+  if (again.size() > zklock::protocol::kMaxNodeDataBytes) std::abort();
+  const auto round = zklock::protocol::decode_node_data(again);
   if (!round) std::abort();
   if (round->owner != decoded->owner || round->host != decoded->host || round->pid != decoded->pid ||
       round->mode != decoded->mode || round->priority != decoded->priority)

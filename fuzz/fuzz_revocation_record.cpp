@@ -15,18 +15,18 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
-  const auto decoded = zklock::decode_revocation_record(input);
+  const auto decoded = zklock::protocol::decode_revocation_record(input);
   if (!decoded) return 0;
-  if (size > zklock::kMaxRevocationRecordBytes) std::abort();
-  (void)zklock::cycle_text(*decoded);
-  (void)zklock::revocation_message(*decoded);
+  if (size > zklock::protocol::kMaxRevocationRecordBytes) std::abort();
+  (void)zklock::protocol::cycle_text(*decoded);
+  (void)zklock::protocol::revocation_message(*decoded);
   std::string again;
   try {
-    again = zklock::encode_revocation_record(*decoded);
+    again = zklock::protocol::encode_revocation_record(*decoded);
   } catch (const zklock::Error&) {
     return 0;  // grew past the limit once re-escaped: refused, not a crash
   }
-  const auto round = zklock::decode_revocation_record(again);
+  const auto round = zklock::protocol::decode_revocation_record(again);
   if (!round || !(*round == *decoded)) std::abort();
   return 0;
 }

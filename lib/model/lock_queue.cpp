@@ -8,7 +8,7 @@
 namespace zklock::model {
 
 std::optional<QueueNode> queue_node_from_name(std::string_view child_name) {
-  auto parsed = parse_lock_node_name(child_name);
+  auto parsed = protocol::parse_lock_node_name(child_name);
   if (!parsed) return std::nullopt;
   QueueNode n;
   n.name = std::move(parsed->name);
@@ -26,7 +26,7 @@ bool sort_queue(std::vector<QueueNode>& nodes) {
   return sort_by_creation(nodes, [](const QueueNode& n) { return OrderKey{n.sequence, n.czxid, n.name}; });
 }
 
-bool names_owner(std::string_view owner, std::string_view key) { return !owner.empty() && owner_key(owner) == key; }
+bool names_owner(std::string_view owner, std::string_view key) { return !owner.empty() && protocol::owner_key(owner) == key; }
 
 std::string unknown_owner(std::string_view key) { return "owner-key:" + std::string(key); }
 

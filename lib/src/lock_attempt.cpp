@@ -30,17 +30,17 @@ static_assert(sizeof(LockAttempt) <= 1000, "keep the attempt in malloc's thread 
 // asks with the same options: a service re-taking its lock would otherwise
 // build and dump a JSON document (35 allocations) on every acquisition.
 // encode_node_data is pure, so the memo returns exactly what it would.
-std::string node_data_for(const NodeData& d) {
+std::string node_data_for(const protocol::NodeData& d) {
   struct Memo {
-    NodeData in;
+    protocol::NodeData in;
     std::string out;
   };
   thread_local std::optional<Memo> memo;
-  const auto same = [&](const NodeData& m) {
+  const auto same = [&](const protocol::NodeData& m) {
     return m.pid == d.pid && m.mode == d.mode && m.priority == d.priority && m.owner == d.owner &&
            m.host == d.host && m.description == d.description;
   };
-  if (!memo || !same(memo->in)) memo = Memo{d, encode_node_data(d)};  // throws before replacing
+  if (!memo || !same(memo->in)) memo = Memo{d, protocol::encode_node_data(d)};  // throws before replacing
   return memo->out;
 }
 
@@ -55,8 +55,8 @@ LockAttempt::LockAttempt(Client& client, AttemptRequest request, Done done)
     : client_(&client), impl_(ClientAccess::impl(client).get()), impl_ref_(ClientAccess::impl(client)),
       req_(std::move(request)), done_(std::move(done)) {
   owner_ = owner_for(client, req_.options);
-  guid_ = new_guid();
-  NodeData d;
+  guid_ = protocol::new_guid();
+  protocol::NodeData d;
   d.owner = owner_;
   d.host = impl_->owner_prefix.substr(0, impl_->owner_prefix.find('/'));
   d.pid = ::getpid();
@@ -224,7 +224,7 @@ void LockAttempt::report_locked(const MachineOutcome& c) {
     case Out::granted: {
       if (grant_ == 0) {  // a re-take grants the same node with the same token
         node_path_ = child_path(machine_->node_name());
-        const auto parsed = parse_lock_node_name(machine_->node_name());
+        const auto parsed = protocol::parse_lock_node_name(machine_->node_name());
         token_ = FencingToken(ensemble_id_, c.token, parsed ? parsed->sequence : 0);
       }
       ++grant_;

@@ -177,7 +177,7 @@ void LockAttempt::send_locked(const MachineRequest& c) {
   }
   switch (c.kind) {
     case Req::create:
-      impl_->create(child_path(lock_node_prefix(req_.mode, owner_key(owner_), c.name)), data_,
+      impl_->create(child_path(protocol::lock_node_prefix(req_.mode, protocol::owner_key(owner_), c.name)), data_,
                     CreateMode::ephemeral_sequential,
                     [feed_to, tag](Status st, const std::string& path, const Stat& stat) {
                       MachineEvent ev = answer(Kind::created, tag, st);
@@ -238,7 +238,7 @@ void LockAttempt::send_locked(const MachineRequest& c) {
     case Req::read_marker:
     case Req::read_record: {
       const bool marker = c.kind == Req::read_marker;
-      impl_->get(marker ? req_.lock_path : revocation_record_path(c.name), nullptr,
+      impl_->get(marker ? req_.lock_path : protocol::revocation_record_path(c.name), nullptr,
                  [feed_to, tag, marker](Status st, std::string data, const Stat&) {
                    MachineEvent ev = answer(marker ? Kind::marker_read : Kind::record_read, tag, st);
                    ev.data = std::move(data);

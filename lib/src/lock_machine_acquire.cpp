@@ -14,7 +14,7 @@ namespace {
 
 using Req = MachineRequest::Kind;
 
-model::OrderKey key_of(const LockNodeName& n, std::int64_t czxid) { return {n.sequence, czxid, n.name}; }
+model::OrderKey key_of(const protocol::LockNodeName& n, std::int64_t czxid) { return {n.sequence, czxid, n.name}; }
 
 }  // namespace
 
@@ -22,7 +22,7 @@ std::shared_ptr<const Listing> parse_listing(const std::vector<std::string>& chi
   auto l = std::make_shared<Listing>();
   l->nodes.reserve(children.size());
   for (const auto& child : children) {
-    auto parsed = parse_lock_node_name(child);
+    auto parsed = protocol::parse_lock_node_name(child);
     if (parsed) l->nodes.push_back(QueueEntry{std::move(*parsed), 0});  // else foreign: not queued
   }
   l->exact = model::sort_by_creation(l->nodes, [](const QueueEntry& e) { return key_of(e.node, e.czxid); }) &&

@@ -90,8 +90,8 @@ void LockMachine::on_record(const MachineEvent& ev, Commands& out) {
   }
   std::string detail = "node deleted by another client (no revocation record)";
   if (ev.rc == Rc::ok) {
-    auto rec = decode_revocation_record(ev.data);
-    detail = rec ? revocation_message(*rec) : "revoked (unreadable record: " + ev.data.substr(0, 200) + ")";
+    auto rec = protocol::decode_revocation_record(ev.data);
+    detail = rec ? protocol::revocation_message(*rec) : "revoked (unreadable record: " + ev.data.substr(0, 200) + ")";
   } else if (ev.rc == Rc::error) {
     detail = "node deleted by another client (revocation record unreadable: " + ev.detail + ")";
   }

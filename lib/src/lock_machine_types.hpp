@@ -35,7 +35,7 @@ struct NodeStat {
 // get_children serves many machines of one client, and each must not pay
 // O(queue) to parse it again (a burst of N local waiters would cost N^2).
 struct QueueEntry {
-  LockNodeName node;
+  protocol::LockNodeName node;
   std::int64_t czxid = 0;  // 0: not known
 };
 struct Listing {

@@ -8,7 +8,7 @@
 #include "json_int.hpp"
 #include "zklock/error.hpp"
 
-namespace zklock {
+namespace zklock::protocol {
 namespace {
 
 nlohmann::json to_json(const NodeData& d) {
@@ -73,4 +73,4 @@ std::optional<NodeData> decode_node_data(std::string_view bytes) noexcept {
   }
 }
 
-}  // namespace zklock
+}  // namespace zklock::protocol

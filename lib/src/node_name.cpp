@@ -25,6 +25,8 @@ std::string to_hex64(std::uint64_t v) {
 
 std::string_view mode_name(Mode m) noexcept { return m == Mode::shared ? "shared" : "exclusive"; }
 
+namespace protocol {
+
 std::uint64_t fnv1a64(std::string_view bytes) noexcept {
   std::uint64_t h = 0xcbf29ce484222325ULL;
   for (unsigned char c : bytes) {
@@ -95,4 +97,5 @@ int compare_sequence(std::int32_t a, std::int32_t b) noexcept {
   return diff < 0 ? -1 : (diff > 0 ? 1 : 0);
 }
 
+}  // namespace protocol
 }  // namespace zklock

@@ -15,7 +15,7 @@
 #include "zklock/error.hpp"
 #include "zklock/protocol/node_name.hpp"
 
-namespace zklock {
+namespace zklock::protocol {
 namespace {
 
 std::int64_t wall_now_ms() {
@@ -345,4 +345,4 @@ std::size_t prune_revocation_records(Client& client, std::size_t keep) {
   return latch->deleted;
 }
 
-}  // namespace zklock
+}  // namespace zklock::protocol

@@ -15,7 +15,7 @@ StripedMutex::StripedMutex(Client& client, std::string base_path, std::size_t st
 }
 
 std::size_t StripedMutex::stripe_of(std::string_view key, std::size_t stripes) noexcept {
-  return static_cast<std::size_t>(fnv1a64(key) % static_cast<std::uint64_t>(stripes));
+  return static_cast<std::size_t>(protocol::fnv1a64(key) % static_cast<std::uint64_t>(stripes));
 }
 
 std::string StripedMutex::stripe_path(std::string_view base, std::size_t i) {

@@ -49,7 +49,7 @@ TEST(Detector, BreaksATwoCycleWithTheYoungestVictimAndARecord) {
   EXPECT_TRUE(exists(a.client(), t.a_waits));
   EXPECT_TRUE(exists(a.client(), t.a_holds));
   EXPECT_TRUE(exists(a.client(), t.b_holds));
-  const auto rec = read_revocation_record(a.client(), t.b_waits);
+  const auto rec = protocol::read_revocation_record(a.client(), t.b_waits);
   ASSERT_TRUE(rec);
   EXPECT_EQ(rec->victim_owner, "B");
   EXPECT_EQ(rec->policy, "youngest");
@@ -172,7 +172,7 @@ TEST(Detector, ACycleThatDissolvesBeforeTheMultiIsNotRevokedAndCounted) {
   EXPECT_EQ(reports[0].outcome, "aborted") << reports[0].detail;
   EXPECT_EQ(d.metrics().aborted(), 1u);
   EXPECT_TRUE(exists(a.client(), t.b_waits));  // nothing revoked
-  EXPECT_FALSE(read_revocation_record(a.client(), t.b_waits));
+  EXPECT_FALSE(protocol::read_revocation_record(a.client(), t.b_waits));
   EXPECT_NE(d.metrics().render().find("zklock_detector_revocations_aborted_total 1"), std::string::npos);
 }
 
@@ -198,7 +198,7 @@ TEST(Detector, BadInputIsSkippedAndTheCycleStillFound) {
   Owner a("A"), b("B");
   // A foreign child, a foreign sequential node, and a zklock-named node with garbage data.
   a.client().ensure_path(root + "/x/not-a-lock-node", CreateMode::persistent);
-  ASSERT_NO_THROW(a.client().create(root + "/x/" + lock_node_prefix(Mode::shared, owner_key("Z"), new_guid()),
+  ASSERT_NO_THROW(a.client().create(root + "/x/" + protocol::lock_node_prefix(Mode::shared, protocol::owner_key("Z"), protocol::new_guid()),
                                      "{garbage", CreateMode::ephemeral_sequential));
   plant_two_cycle(a, b, root);
   const auto cfg = config(root);
@@ -233,15 +233,15 @@ TEST(Detector, StandbyTakesOverAndADeposedLeaderCannotRevoke) {
   // A deposed leader's revocation: its leader node is gone, so nothing happens.
   Owner c("C"), d("D");
   const auto u = plant_two_cycle(c, d, test::unique_path("det-ha-unwatched"));
-  RevocationRequest req;
+  protocol::RevocationRequest req;
   req.victims = {{u.b_waits, "D", 0}};
   req.checks = {u.a_holds, u.b_holds, u.a_waits, u.b_waits};
   req.leader_node = old_leader_node;
   req.record.detector = "first";
   const auto result = revoke(c.client(), req);
-  EXPECT_EQ(result.outcome, RevokeOutcome::deposed) << result.detail;
+  EXPECT_EQ(result.outcome, protocol::RevokeOutcome::deposed) << result.detail;
   EXPECT_TRUE(exists(c.client(), u.b_waits));
-  EXPECT_FALSE(read_revocation_record(c.client(), u.b_waits));
+  EXPECT_FALSE(protocol::read_revocation_record(c.client(), u.b_waits));
 }
 
 // ---------------------------------------------------------------------------
@@ -351,7 +351,7 @@ TEST(Detector, ACycleThroughAnIdleRetainedNodeDissolvesAndIsNeverRevoked) {
   EXPECT_EQ(run.daemon().metrics().cycles_detected(), 0u);
   EXPECT_EQ(run.daemon().metrics().revocations("revoked"), 0u);
   for (const auto& node : {a_x, a_y, b_x, b_y.node_path()}) {
-    EXPECT_FALSE(read_revocation_record(ca, node)) << node;
+    EXPECT_FALSE(protocol::read_revocation_record(ca, node)) << node;
   }
   EXPECT_TRUE(bx_result.lease.valid());
   EXPECT_TRUE(b_y.valid());
@@ -408,7 +408,7 @@ TEST(Detector, RetainedControlTheSameCycleThroughAHeldNodeIsRevoked) {
   const auto revoked = run.wait_for("revoked", 1, 5s);
   ASSERT_EQ(revoked.size(), 1u);
   EXPECT_EQ(revoked[0].victim.owner, "B");
-  const auto rec = read_revocation_record(ca, revoked[0].victim.node);
+  const auto rec = protocol::read_revocation_record(ca, revoked[0].victim.node);
   ASSERT_TRUE(rec);
   EXPECT_EQ(cycle_text(*rec), "A -[" + y + "]-> B -[" + x + "]-> A");
   EXPECT_EQ(run.daemon().metrics().revocations("revoked"), 1u);

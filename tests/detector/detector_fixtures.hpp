@@ -105,10 +105,10 @@ class Owner {
   // Creates a lock node on `lock` and returns its full path.
   std::string enqueue(const std::string& lock, Mode mode) {
     client_.ensure_path(lock, CreateMode::persistent);
-    NodeData d{id_, "testhost", 1, mode, priority_, ""};
-    const auto prefix = lock + "/" + lock_node_prefix(mode, owner_key(id_), new_guid());
+    protocol::NodeData d{id_, "testhost", 1, mode, priority_, ""};
+    const auto prefix = lock + "/" + protocol::lock_node_prefix(mode, protocol::owner_key(id_), protocol::new_guid());
     std::promise<std::pair<Status, std::string>> p;
-    client_.create_async(prefix, encode_node_data(d), CreateMode::ephemeral_sequential,
+    client_.create_async(prefix, protocol::encode_node_data(d), CreateMode::ephemeral_sequential,
                          [&p](Status s, const std::string& path, const Stat&) { p.set_value({s, path}); });
     auto [s, path] = p.get_future().get();
     if (!s.ok()) throw s.error("create " + prefix);

@@ -55,7 +55,7 @@ TEST(DetectorE2E, WithDigestAuthAndAclsStrangersCannotTouchLocksOrForgeRecordsBu
     setup.ensemble_id();  // /zklock/ensemble-id, world-readable
     o.acl = detector_only_acl;
     Client setup2(o);
-    setup2.ensure_path(std::string(kRevocationsPath), CreateMode::persistent);
+    setup2.ensure_path(std::string(protocol::kRevocationsPath), CreateMode::persistent);
     setup2.ensure_path(std::string(kElectionPath), CreateMode::persistent);
     o.acl = lock_parent_acl;
     Client setup3(o);
@@ -97,7 +97,7 @@ TEST(DetectorE2E, WithDigestAuthAndAclsStrangersCannotTouchLocksOrForgeRecordsBu
   FairMutex strangers_x(stranger, x);
   EXPECT_EQ(code([&] { (void)strangers_x.try_acquire_for(5s, {.owner = "mallory"}); }), Errc::no_auth);
   // ...nor create a node under a lock parent directly, nor list it...
-  const auto forged_name = lock_node_prefix(Mode::exclusive, owner_key("mallory"), new_guid());
+  const auto forged_name = protocol::lock_node_prefix(Mode::exclusive, protocol::owner_key("mallory"), protocol::new_guid());
   EXPECT_TRUE(async_status([&](auto done) {
                 stranger.create_async(x + "/" + forged_name, "", CreateMode::ephemeral_sequential,
                                       [done](Status s, const std::string&, const Stat&) { done(s); });
@@ -106,23 +106,23 @@ TEST(DetectorE2E, WithDigestAuthAndAclsStrangersCannotTouchLocksOrForgeRecordsBu
   // ...nor delete alice's node...
   EXPECT_TRUE(async_status([&](auto done) { stranger.remove_async(alice_node, -1, done); }).is(Errc::no_auth));
   // ...nor revoke it the way the detector does...
-  RevocationRequest req;
+  protocol::RevocationRequest req;
   req.victims = {{alice_node, "alice", 0}};
   req.checks = {alice_node};
   req.record.policy = "operator";
   req.record.detector = "mallory";
   req.record.reason = "forged";
   const auto forged = revoke(stranger, req);
-  EXPECT_EQ(forged.outcome, RevokeOutcome::failed) << forged.detail;
+  EXPECT_EQ(forged.outcome, protocol::RevokeOutcome::failed) << forged.detail;
   EXPECT_TRUE(forged.status.is(Errc::no_auth)) << forged.detail;
   // ...nor forge a revocation record, and neither can an authenticated lock user.
-  RevocationRecord fake;
+  protocol::RevocationRecord fake;
   fake.victim_node = alice_node;
   fake.policy = "youngest";
   fake.detector = "mallory";
   for (Client* c : {&stranger, &cb2}) {
     EXPECT_TRUE(async_status([&](auto done) {
-                  c->create_async(revocation_record_path(alice_node), encode_revocation_record(fake),
+                  c->create_async(protocol::revocation_record_path(alice_node), protocol::encode_revocation_record(fake),
                                   CreateMode::persistent,
                                   [done](Status s, const std::string&, const Stat&) { done(s); });
                 }).is(Errc::no_auth));
@@ -134,7 +134,7 @@ TEST(DetectorE2E, WithDigestAuthAndAclsStrangersCannotTouchLocksOrForgeRecordsBu
                                   [done](Status s, const std::string&, const Stat&) { done(s); });
               }).is(Errc::no_auth));
   EXPECT_TRUE(ca.try_stat(alice_node)) << "alice's node survived every attempt";
-  EXPECT_FALSE(ca.try_stat(revocation_record_path(alice_node)));
+  EXPECT_FALSE(ca.try_stat(protocol::revocation_record_path(alice_node)));
 
   // The detector, authenticated, does revoke a real deadlock.
   b.hold(y);

@@ -229,13 +229,13 @@ TEST(DetectorE2E, ModeAllRevokesTheVictimsHeldLocksToo) {
   expect_granted(a_waits, "alice, without bob backing off");  // bob still "holds" his lost lease object
   a.keep(a_waits);
   expect_revoked(run, "bob", "mode all");
-  const auto rec = read_revocation_record(ca, held_node);
+  const auto rec = protocol::read_revocation_record(ca, held_node);
   ASSERT_TRUE(rec) << "no record for the held node " << held_node;
   EXPECT_EQ(rec->mode, "all");
   EXPECT_EQ(cycle_text(*rec), cycle);
   EXPECT_TRUE(eventually([&] { return !b.leases()[1].valid(); }, 10s)) << "bob's lone lease is still valid";
   EXPECT_FALSE(ca.try_stat(lone_node).has_value());
-  const auto lone_rec = read_revocation_record(ca, lone_node);
+  const auto lone_rec = protocol::read_revocation_record(ca, lone_node);
   ASSERT_TRUE(lone_rec) << "no record for the node bob held alone " << lone_node;
   EXPECT_EQ(lone_rec->mode, "all");
   EXPECT_EQ(cycle_text(*lone_rec), cycle);
@@ -250,19 +250,19 @@ TEST(DetectorE2E, TheLeaderPrunesRevocationRecordsToTheNewestN) {
   const auto zk = server.connect_string();
   const auto root = test::unique_path("e2e-prune");
   Client admin(session(zk));
-  admin.ensure_path(std::string(kRevocationsPath), CreateMode::persistent);
+  admin.ensure_path(std::string(protocol::kRevocationsPath), CreateMode::persistent);
   std::vector<std::string> seeded;
   for (int i = 0; i < 5; ++i) {
-    RevocationRecord r;
-    r.victim_node = root + "/old/" + lock_node_prefix(Mode::exclusive, owner_key("old"), new_guid()) + "000000000" +
+    protocol::RevocationRecord r;
+    r.victim_node = root + "/old/" + protocol::lock_node_prefix(Mode::exclusive, protocol::owner_key("old"), protocol::new_guid()) + "000000000" +
                     std::to_string(i);
     r.victim_owner = "old";
     r.policy = "operator";
     r.detector = "seed";
     r.reason = "seeded record " + std::to_string(i);
-    const auto path = revocation_record_path(r.victim_node);
-    ASSERT_NO_THROW(admin.create(path, encode_revocation_record(r), CreateMode::persistent));
-    seeded.push_back(path.substr(std::string(kRevocationsPath).size() + 1));
+    const auto path = protocol::revocation_record_path(r.victim_node);
+    ASSERT_NO_THROW(admin.create(path, protocol::encode_revocation_record(r), CreateMode::persistent));
+    seeded.push_back(path.substr(std::string(protocol::kRevocationsPath).size() + 1));
   }
 
   auto cfg = config(zk, root, "e2e-prune");
@@ -285,7 +285,7 @@ TEST(DetectorE2E, TheLeaderPrunesRevocationRecordsToTheNewestN) {
   std::set<std::string> left;
   EXPECT_TRUE(eventually(
       [&] {
-        const auto names = admin.children(std::string(kRevocationsPath));
+        const auto names = admin.children(std::string(protocol::kRevocationsPath));
         left = {names.begin(), names.end()};
         return left == expected;
       },

@@ -75,11 +75,11 @@ Request Actor::enqueue(const std::string& lock, Mode mode) {
 }
 
 std::size_t Actor::own_nodes(const std::string& lock) {
-  const auto key = owner_key(owner_);
+  const auto key = protocol::owner_key(owner_);
   std::size_t n = 0;
   try {
     for (const auto& c : client_.children(lock)) {
-      if (auto p = parse_lock_node_name(c); p && p->owner_key == key) ++n;
+      if (auto p = protocol::parse_lock_node_name(c); p && p->owner_key == key) ++n;
     }
   } catch (const Error& e) {
     if (e.code() != Errc::no_node) throw;

@@ -57,8 +57,8 @@ TEST(DetectorE2E, ACycleOfRealLocksThatDissolvesBeforeTheMultiIsNotRevoked) {
   EXPECT_EQ(d.metrics().revocations("revoked"), 0u);
   expect_granted(c.b_waits, "bob, once alice let go of x");
   b.keep(c.b_waits);
-  EXPECT_FALSE(read_revocation_record(ca, b.leases().back().node_path()));  // bob's (ex-)waiting node
-  EXPECT_FALSE(read_revocation_record(ca, released));
+  EXPECT_FALSE(protocol::read_revocation_record(ca, b.leases().back().node_path()));  // bob's (ex-)waiting node
+  EXPECT_FALSE(protocol::read_revocation_record(ca, released));
   b.release_all();
   expect_granted(c.a_waits, "alice");
   std::printf("[ race     ] dissolved cycle: outcome %s, aborted attempts counted %llu\n", reports[0].outcome.c_str(),

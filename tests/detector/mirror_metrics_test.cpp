@@ -86,7 +86,7 @@ TEST(Detector, TheMirrorReadsANodeOnlyOnceItsQueueIsContended) {
     EXPECT_EQ(q.nodes[0].czxid, 0) << "a lone node is not read";
     EXPECT_TRUE(q.nodes[0].owner.empty());
   }
-  const auto a_lone = m.lone_nodes(owner_key("A"));
+  const auto a_lone = m.lone_nodes(protocol::owner_key("A"));
   ASSERT_EQ(a_lone.size(), 1u);
   EXPECT_EQ(a_lone[0].path, a_x);
 
@@ -111,9 +111,9 @@ TEST(Detector, TheMirrorReadsANodeOnlyOnceItsQueueIsContended) {
     EXPECT_EQ(n.czxid, client.stat(node_path(root + "/x", n.name)).czxid);
     EXPECT_NE(n.ctime_ms, 0);
   }
-  EXPECT_EQ(snap.keys.at(owner_key("A")).owner, "A");
-  EXPECT_EQ(snap.keys.at(owner_key("B")).owner, "B");
-  EXPECT_EQ(snap.keys.at(owner_key("B")).held_alone, 1u) << "B holds y alone";
+  EXPECT_EQ(snap.keys.at(protocol::owner_key("A")).owner, "A");
+  EXPECT_EQ(snap.keys.at(protocol::owner_key("B")).owner, "B");
+  EXPECT_EQ(snap.keys.at(protocol::owner_key("B")).held_alone, 1u) << "B holds y alone";
   const auto analysis = analyze_snapshot(
       snap, AnalyzeOptions{std::chrono::duration_cast<std::chrono::milliseconds>(
                                std::chrono::system_clock::now().time_since_epoch()).count(), 0ms});
@@ -127,7 +127,7 @@ TEST(Detector, TheMirrorReadsANodeOnlyOnceItsQueueIsContended) {
   ASSERT_TRUE(test::eventually([&] { return m.stats().nodes == 2u && m.idle(); }, 10s));
   EXPECT_EQ(m.stats().ops_issued, ops + 1) << "the re-list of x only";
   EXPECT_TRUE(m.snapshot().contended.empty());
-  EXPECT_NE(m.lone_nodes(owner_key("A")).at(0).czxid, 0);
+  EXPECT_NE(m.lone_nodes(protocol::owner_key("A")).at(0).czxid, 0);
 }
 
 // The recent-scan summary: nearest-rank quantiles over the last 128 scans
@@ -276,12 +276,12 @@ TEST(Detector, TheScanSnapshotAgreesWithTheWholeMirrorAsNodesComeAndGo) {
     c.hold(root + "/l3");
     settle(8);
     expect_agreement(3, 3);
-    EXPECT_EQ(d.mirror().lone_nodes(owner_key("C")).size(), 1u);
+    EXPECT_EQ(d.mirror().lone_nodes(protocol::owner_key("C")).size(), 1u);
   }  // C's session closes: l1 is lone again, l3 is gone
   settle(6);
   expect_agreement(2, 3);
-  EXPECT_TRUE(d.mirror().lone_nodes(owner_key("C")).empty());
-  EXPECT_EQ(d.mirror().lone_nodes(owner_key("A")).size(), 2u);
+  EXPECT_TRUE(d.mirror().lone_nodes(protocol::owner_key("C")).empty());
+  EXPECT_EQ(d.mirror().lone_nodes(protocol::owner_key("A")).size(), 2u);
   EXPECT_EQ(d.scan_once().size(), 1u);
 }
 

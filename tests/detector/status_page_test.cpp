@@ -160,11 +160,11 @@ class Planter {
   }()) {}
   // One exclusive node of `owner` at the tail of `lock`'s queue.
   void node(const std::string& lock, const std::string& owner) {
-    NodeData d;
+    protocol::NodeData d;
     d.owner = owner;
     d.host = "status-test";
     d.pid = ::getpid();
-    client_.create(lock + "/" + lock_node_prefix(Mode::exclusive, owner_key(owner), new_guid()), encode_node_data(d),
+    client_.create(lock + "/" + protocol::lock_node_prefix(Mode::exclusive, protocol::owner_key(owner), protocol::new_guid()), protocol::encode_node_data(d),
                    CreateMode::ephemeral_sequential);
   }
   // `n` locks under `dir`, each held by its own owner, pipelined.
@@ -184,11 +184,11 @@ class Planter {
         if (!s.ok() && s.code() != Errc::node_exists) ++c->bad;
         --c->left;
       });
-      NodeData d;
+      protocol::NodeData d;
       d.owner = "holder-" + std::to_string(i);
       d.host = "status-test";
-      client_.create_async(lock + "/" + lock_node_prefix(Mode::exclusive, owner_key(d.owner), new_guid()),
-                           encode_node_data(d), CreateMode::ephemeral_sequential,
+      client_.create_async(lock + "/" + protocol::lock_node_prefix(Mode::exclusive, protocol::owner_key(d.owner), protocol::new_guid()),
+                           protocol::encode_node_data(d), CreateMode::ephemeral_sequential,
                            [c](Status s, const std::string&, const Stat&) {
                              if (!s.ok()) ++c->bad;
                              --c->left;

@@ -232,12 +232,12 @@ class Run {
     std::vector<std::string> kids;
     const int rc = probe_->children(lock_, &kids);
     if (rc != ZOK && rc != ZNONODE) return;
-    std::vector<LockNodeName> nodes;
+    std::vector<protocol::LockNodeName> nodes;
     for (auto& k : kids) {
-      if (auto n = parse_lock_node_name(k)) nodes.push_back(*n);
+      if (auto n = protocol::parse_lock_node_name(k)) nodes.push_back(*n);
     }
     std::sort(nodes.begin(), nodes.end(),
-              [](auto& a, auto& b) { return compare_sequence(a.sequence, b.sequence) < 0; });
+              [](auto& a, auto& b) { return protocol::compare_sequence(a.sequence, b.sequence) < 0; });
     std::string listing;
     for (auto& n : nodes) listing += " " + owner_name(n.owner_key) + ":" + std::to_string(n.sequence);
     if (listing != last_listing_) queue_log_ += at(now) + listing + "\n";
@@ -282,7 +282,7 @@ class Run {
   }
   std::string owner_name(const std::string& key) const {
     for (auto& c : contenders_) {
-      if (owner_key(c.name) == key) return c.name;
+      if (protocol::owner_key(c.name) == key) return c.name;
     }
     return "?" + key;
   }

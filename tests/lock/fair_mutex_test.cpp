@@ -37,13 +37,13 @@ TEST(FairMutex, UncontendedAcquireAndRelease) {
     EXPECT_EQ(l.lock_path(), path);
     EXPECT_EQ(l.token().ensemble_id(), c.ensemble_id());
     const auto name = split_path(l.node_path()).second;
-    auto parsed = parse_lock_node_name(name);
+    auto parsed = protocol::parse_lock_node_name(name);
     ASSERT_TRUE(parsed);
     EXPECT_EQ(parsed->mode, Mode::exclusive);
-    EXPECT_EQ(parsed->owner_key, owner_key(l.owner()));
+    EXPECT_EQ(parsed->owner_key, protocol::owner_key(l.owner()));
     auto data = c.try_get(l.node_path());
     ASSERT_TRUE(data);
-    auto nd = decode_node_data(*data);
+    auto nd = protocol::decode_node_data(*data);
     ASSERT_TRUE(nd);
     EXPECT_EQ(nd->owner, l.owner());
     first = l.token();
@@ -67,9 +67,9 @@ TEST(FairMutex, EachAcquisitionWritesItsOwnNodeData) {
     Lease l = m.acquire(o);
     auto bytes = c.try_get(l.node_path());
     EXPECT_TRUE(bytes);
-    auto nd = decode_node_data(bytes.value_or(""));
+    auto nd = protocol::decode_node_data(bytes.value_or(""));
     EXPECT_TRUE(nd);
-    return std::pair{bytes.value_or(""), nd.value_or(NodeData{})};
+    return std::pair{bytes.value_or(""), nd.value_or(protocol::NodeData{})};
   };
   const auto [a, da] = data_of({.owner = "svc-a", .description = "first"});
   const auto [b, db] = data_of({.owner = "svc-b", .description = "first"});
@@ -83,7 +83,7 @@ TEST(FairMutex, EachAcquisitionWritesItsOwnNodeData) {
   EXPECT_EQ(dd.description, "second");
   EXPECT_EQ(dp.description, "first");
   EXPECT_EQ(again, a);
-  EXPECT_EQ(a, encode_node_data(da));
+  EXPECT_EQ(a, protocol::encode_node_data(da));
 }
 
 // release_async() returns without waiting for the server; its callback runs
@@ -296,8 +296,8 @@ TEST(FairMutex, WaiterWhoseNodeIsRevokedFailsAsDeadlockVictim) {
   ASSERT_TRUE(eventually([&] {
     auto kids = c.children(path);
     for (auto& k : kids) {
-      auto n = parse_lock_node_name(k);
-      if (n && n->owner_key == owner_key("waiter")) waiting_node = path + "/" + k;
+      auto n = protocol::parse_lock_node_name(k);
+      if (n && n->owner_key == protocol::owner_key("waiter")) waiting_node = path + "/" + k;
     }
     return !waiting_node.empty();
   }));

@@ -90,14 +90,14 @@ TEST(Retain, ARevokedReTakenHolderIsRecordedWithItsNodesCzxid) {
   std::promise<LossReason> lost;
   b.on_lost([&lost](LossReason r, const std::string&) { lost.set_value(r); });
 
-  RevocationRequest req;
+  protocol::RevocationRequest req;
   req.victims.push_back({b.node_path(), c.default_owner(), 0});
   req.record.policy = "operator";
   req.record.mode = "wait";
   req.record.reason = "test";
   const auto r = revoke(admin, req);
-  ASSERT_EQ(r.outcome, RevokeOutcome::revoked) << r.detail;
-  const auto rec = read_revocation_record(admin, b.node_path());
+  ASSERT_EQ(r.outcome, protocol::RevokeOutcome::revoked) << r.detail;
+  const auto rec = protocol::read_revocation_record(admin, b.node_path());
   ASSERT_TRUE(rec);
   EXPECT_EQ(rec->victim_token, b.token().str());
   EXPECT_EQ(rec->victim_token, ta.str());

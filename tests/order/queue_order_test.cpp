@@ -184,7 +184,7 @@ DrainFigures drain(ZkServer& srv, int waiters, int sessions) {
                          60s));
   auto kids = holder_client.children(path);
   std::sort(kids.begin(), kids.end(), [](const std::string& a, const std::string& b) {
-    return compare_sequence(parse_lock_node_name(a)->sequence, parse_lock_node_name(b)->sequence) < 0;
+    return protocol::compare_sequence(protocol::parse_lock_node_name(a)->sequence, protocol::parse_lock_node_name(b)->sequence) < 0;
   });
   std::set<std::pair<std::string, std::int64_t>> watch_pairs;
   for (std::size_t k = 0; k < kids.size(); ++k) {

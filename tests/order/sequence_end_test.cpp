@@ -295,7 +295,7 @@ TEST(SequenceEnd, SaturatedCounterKeepsFifoAndOneHolder) {
   Contenders cs(srv.connect_string(), path, 3, 4s);
   for (int i = 0; i < kContenders; ++i) cs.queue(i, observer);
   int saturated = 0;
-  for (const auto& k : observer.children(path)) saturated += parse_lock_node_name(k)->sequence == INT32_MAX;
+  for (const auto& k : observer.children(path)) saturated += protocol::parse_lock_node_name(k)->sequence == INT32_MAX;
   EXPECT_GE(saturated, 5) << "the server did not saturate the counter";
   holder.release();
   ASSERT_TRUE(cs.wait_all(kContenders, 30s));
@@ -328,7 +328,7 @@ TEST(SequenceEnd, WrappedCounterKeepsFifoAndOneHolder) {
   ASSERT_TRUE(holder.valid()) << "the holder's lease did not survive the restart (" << restart_ms << " ms)";
   for (int i = kBefore; i < kBefore + kAfter; ++i) cs.queue(i, observer);
   int negative = 0;
-  for (const auto& k : observer.children(path)) negative += parse_lock_node_name(k)->sequence < 0;
+  for (const auto& k : observer.children(path)) negative += protocol::parse_lock_node_name(k)->sequence < 0;
   EXPECT_EQ(negative, kAfter) << "the counter did not wrap";
   holder.release();
   ASSERT_TRUE(cs.wait_all(kBefore + kAfter, 30s));

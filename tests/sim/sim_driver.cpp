@@ -57,7 +57,7 @@ std::string hex64(std::uint64_t v) {
   return s;
 }
 std::string short_name(const std::string& name) {  // w_<key>_<guid>_<seq> -> w_<guid:6>_<seq>
-  auto p = parse_lock_node_name(name);
+  auto p = protocol::parse_lock_node_name(name);
   if (!p) return name;
   return name.substr(0, 2) + p->guid.substr(0, 6) + "_" + std::to_string(p->sequence);
 }
@@ -144,7 +144,7 @@ void World::execute(int id, const MachineRequest& c) {
     case Cmd::create: {
       const auto& a = actors_[static_cast<std::size_t>(rec.actor)];
       r.kind = ReqKind::create;
-      r.path = lock + "/" + lock_node_prefix(rec.m->config().mode, owner_key(a.owner), c.name);  // a GUID per create
+      r.path = lock + "/" + protocol::lock_node_prefix(rec.m->config().mode, protocol::owner_key(a.owner), c.name);  // a GUID per create
       r.sequential = r.ephemeral = true;
       r.data = a.owner;
       submit(id, std::move(r), rt);
@@ -315,7 +315,7 @@ void World::on_reply(const Reply& rep) {
       if (ev.rc == Rc::ok) note_listing(rt.machine, rep.children);
       std::vector<std::int32_t> seqs;
       for (const auto& c : rep.children) {
-        if (auto p = parse_lock_node_name(c)) seqs.push_back(p->sequence);
+        if (auto p = protocol::parse_lock_node_name(c)) seqs.push_back(p->sequence);
       }
       if (seqs.size() >= 2 && !model::suffix_order_suffices(seqs)) {
         ++counters_.czxid_listings;
@@ -338,7 +338,7 @@ void World::note_waiter_news(int id) {
   const Node* dir = zk_.find(locks_[static_cast<std::size_t>(rec.lock)]);
   if (!dir) return;
   for (const auto& c : dir->children) {
-    auto p = parse_lock_node_name(c);
+    auto p = protocol::parse_lock_node_name(c);
     if (p && p->guid.substr(0, 24) != rec.guid.substr(0, 24)) {
       rec.waiter_told = true;
       ++counters_.waiter_notices;
@@ -351,7 +351,7 @@ void World::note_waiter_news(int id) {
 void World::note_listing(int id, const std::vector<std::string>& children) {
   auto& rec = machines_[static_cast<std::size_t>(id)];
   for (const auto& c : children) {
-    auto p = parse_lock_node_name(c);
+    auto p = protocol::parse_lock_node_name(c);
     if (p && p->guid.substr(0, 24) != rec.guid.substr(0, 24)) return;
   }
   rec.waiter_told = false;
@@ -362,7 +362,7 @@ void World::note_listing(int id, const std::vector<std::string>& children) {
 void World::track_deletions() {
   for (const auto& d : zk_.take_deleted()) {
     const auto name = d.path.substr(d.path.rfind('/') + 1);
-    auto parsed = parse_lock_node_name(name);
+    auto parsed = protocol::parse_lock_node_name(name);
     if (!parsed) continue;
     auto g = by_guid_.find(parsed->guid.substr(0, 24));
     if (g == by_guid_.end()) continue;

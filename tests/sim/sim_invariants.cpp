@@ -51,12 +51,12 @@ void World::check_heads() {
     const Node* dir = zk_.find(lock);
     if (!dir || dir->children.empty()) continue;
     struct Child {
-      LockNodeName name;
+      protocol::LockNodeName name;
       std::int64_t czxid;
     };
     std::vector<Child> queue;
     for (const auto& c : dir->children) {
-      auto parsed = parse_lock_node_name(c);
+      auto parsed = protocol::parse_lock_node_name(c);
       const Node* n = zk_.find(lock + "/" + c);
       if (parsed && n) queue.push_back(Child{std::move(*parsed), n->czxid});
     }
@@ -180,7 +180,7 @@ void World::check_end() {
     if (!n || n->children.empty()) continue;
     std::string what = "orphan (5): nodes remain under " + lock + " with every machine finished:";
     for (const auto& c : n->children) {
-      auto p = parse_lock_node_name(c);
+      auto p = protocol::parse_lock_node_name(c);
       auto g = p ? by_guid_.find(p->guid.substr(0, 24)) : by_guid_.end();
       what += " " + c + (g != by_guid_.end() ? " (m" + std::to_string(g->second) + ")" : "");
     }

@@ -253,12 +253,12 @@ void World::revoke() {
   r.path = locks_[static_cast<std::size_t>(l)] + "/" + *it;
   r.path2 = "/zklock/revocations/" + *it;
   if (rng_.chance(500)) {
-    RevocationRecord rec;
+    protocol::RevocationRecord rec;
     rec.victim_node = r.path;
     rec.policy = "operator";
     rec.detector = "sim";
     rec.reason = "simulated revocation";
-    r.data = encode_revocation_record(rec);
+    r.data = protocol::encode_revocation_record(rec);
   } else {
     r.data = "not json {";
   }
@@ -319,7 +319,7 @@ SimResult World::run() {
         if (!n || n->children.empty()) continue;
         std::map<std::int64_t, std::string> q;
         for (const auto& c : n->children) {
-          auto p = parse_lock_node_name(c);
+          auto p = protocol::parse_lock_node_name(c);
           auto g = p ? by_guid_.find(p->guid.substr(0, 24)) : by_guid_.end();
           q[zk_.find(lock + "/" + c)->czxid] =
               c.substr(0, 2) + (p ? p->guid.substr(0, 6) : c) + "_" + (p ? std::to_string(p->sequence) : "") +

@@ -290,15 +290,15 @@ inline WorkerConfig config(const std::string& name, const std::string& connect, 
 }
 
 // Children of `lock` sorted by sequence (zklock nodes only).
-inline std::vector<LockNodeName> queue_of(test::ZkHandle& h, const std::string& lock) {
+inline std::vector<protocol::LockNodeName> queue_of(test::ZkHandle& h, const std::string& lock) {
   std::vector<std::string> names;
-  std::vector<LockNodeName> out;
+  std::vector<protocol::LockNodeName> out;
   if (h.children(lock, &names) != ZOK) return out;
   for (auto& n : names) {
-    if (auto p = parse_lock_node_name(n)) out.push_back(*p);
+    if (auto p = protocol::parse_lock_node_name(n)) out.push_back(*p);
   }
   std::sort(out.begin(), out.end(),
-            [](const LockNodeName& a, const LockNodeName& b) { return compare_sequence(a.sequence, b.sequence) < 0; });
+            [](const protocol::LockNodeName& a, const protocol::LockNodeName& b) { return protocol::compare_sequence(a.sequence, b.sequence) < 0; });
   return out;
 }
 

@@ -21,7 +21,7 @@ QueueNode named(const std::string& owner, std::int32_t seq, Mode mode = Mode::ex
   char g[33], sq[16];
   std::snprintf(g, sizeof g, "%032x", ++guid);
   std::snprintf(sq, sizeof sq, "%010d", seq);
-  auto n = queue_node_from_name(lock_node_prefix(mode, owner_key(owner), g) + sq);
+  auto n = queue_node_from_name(protocol::lock_node_prefix(mode, protocol::owner_key(owner), g) + sq);
   EXPECT_TRUE(n.has_value());
   return *n;
 }
@@ -42,7 +42,7 @@ TEST(LockIndex, QueueEntersAndLeavesTheContendedSetWithItsSecondNode) {
   auto s = ix.snapshot();
   EXPECT_TRUE(s.contended.empty());
   EXPECT_EQ(s.lone_queues, 1u);
-  EXPECT_EQ(sorted_paths(ix.lone_nodes(owner_key("A"))), (std::vector<std::string>{"/locks/x/" + a.name}));
+  EXPECT_EQ(sorted_paths(ix.lone_nodes(protocol::owner_key("A"))), (std::vector<std::string>{"/locks/x/" + a.name}));
 
   ASSERT_TRUE(ix.insert("/locks/x", b));
   s = ix.snapshot();
@@ -51,15 +51,15 @@ TEST(LockIndex, QueueEntersAndLeavesTheContendedSetWithItsSecondNode) {
   EXPECT_EQ(s.contended[0].nodes.size(), 2u);
   EXPECT_EQ(s.lone_queues, 0u);
   EXPECT_EQ(s.keys.size(), 2u);
-  EXPECT_EQ(s.keys.at(owner_key("A")).held_alone, 0u);
-  EXPECT_TRUE(ix.lone_nodes(owner_key("A")).empty());
+  EXPECT_EQ(s.keys.at(protocol::owner_key("A")).held_alone, 0u);
+  EXPECT_TRUE(ix.lone_nodes(protocol::owner_key("A")).empty());
 
   ix.erase("/locks/x", a.name);  // B is alone now, and holds
   s = ix.snapshot();
   EXPECT_TRUE(s.contended.empty());
   EXPECT_EQ(s.lone_queues, 1u);
-  EXPECT_EQ(sorted_paths(ix.lone_nodes(owner_key("B"))), (std::vector<std::string>{"/locks/x/" + b.name}));
-  EXPECT_TRUE(ix.lone_nodes(owner_key("A")).empty());
+  EXPECT_EQ(sorted_paths(ix.lone_nodes(protocol::owner_key("B"))), (std::vector<std::string>{"/locks/x/" + b.name}));
+  EXPECT_TRUE(ix.lone_nodes(protocol::owner_key("A")).empty());
 
   ix.erase("/locks/x", b.name);
   ix.erase("/locks/x", b.name);  // absent: no effect
@@ -82,20 +82,20 @@ TEST(LockIndex, KeyFactsCoverLoneNodesOfOwnersInContendedQueues) {
   ix.set_read("/locks/x", bx.name, 12, kNow - 9000, "B", 0);
   ix.set_read("/locks/x", ax.name, 13, kNow - 5000, "", 0);  // bad data
   const auto s = ix.snapshot();
-  EXPECT_EQ(s.keys.at(owner_key("A")).owner, "A");
-  EXPECT_EQ(s.keys.at(owner_key("A")).held_alone, 2u);
+  EXPECT_EQ(s.keys.at(protocol::owner_key("A")).owner, "A");
+  EXPECT_EQ(s.keys.at(protocol::owner_key("A")).held_alone, 2u);
   const auto an = analyze_snapshot(s, kOptions);
   ASSERT_EQ(an.graph.wait_count(), 1u);
   EXPECT_EQ(an.graph.waits()[0].waiter, "A");
   EXPECT_EQ(an.owners.at("A").held_count(), 2u);
-  EXPECT_EQ(an.owners.at("A").owner_key, owner_key("A"));
+  EXPECT_EQ(an.owners.at("A").owner_key, protocol::owner_key("A"));
   EXPECT_EQ(an.locks, 3u);
   EXPECT_EQ(an.holders, 3u);
   EXPECT_EQ(an.waiters, 1u);
   // Once A's valid nodes are gone its name falls back to the key.
   ix.erase("/locks/a", a1.name);
   ix.erase("/locks/b", a2.name);
-  EXPECT_EQ(analyze_snapshot(ix.snapshot(), kOptions).graph.waits()[0].waiter, "owner-key:" + owner_key("A"));
+  EXPECT_EQ(analyze_snapshot(ix.snapshot(), kOptions).graph.waits()[0].waiter, "owner-key:" + protocol::owner_key("A"));
 }
 
 // The reference: the same queues kept in a plain map.
@@ -189,10 +189,10 @@ TEST(LockIndex, AnalysisOverTheIndexEqualsAnalysisOverEveryQueue) {
         auto it = std::next(q.begin(), pick(static_cast<int>(q.size())));
         auto& n = it->second;
         const auto& owner = owners[pick(static_cast<int>(owners.size()))];
-        std::string data_owner = owner_key(owner) == n.owner_key ? owner : "";
+        std::string data_owner = protocol::owner_key(owner) == n.owner_key ? owner : "";
         if (data_owner.empty() && pick(2) == 0) {
           for (const auto& o : owners) {
-            if (owner_key(o) == n.owner_key) data_owner = o;
+            if (protocol::owner_key(o) == n.owner_key) data_owner = o;
           }
         }
         if (pick(5) == 0) data_owner = "forged";

@@ -167,15 +167,15 @@ class Names {
     std::string guid, key;
     if (auto n = ours(who)) {
       guid = std::string(kGuid).substr(0, 24) + hex8(*n);
-      key = owner_key("us");
+      key = protocol::owner_key("us");
     } else {
-      guid = owner_key(who) + owner_key("guid of " + who);
-      key = owner_key(who);
+      guid = protocol::owner_key(who) + protocol::owner_key("guid of " + who);
+      key = protocol::owner_key(who);
       who_by_guid_[guid] = who;
     }
     char suffix[16];
     std::snprintf(suffix, sizeof suffix, "%010d", static_cast<int>(seq));
-    return lock_node_prefix(s[0] == 'r' ? Mode::shared : Mode::exclusive, key, guid) + suffix;
+    return protocol::lock_node_prefix(s[0] == 'r' ? Mode::shared : Mode::exclusive, key, guid) + suffix;
   }
 
   // Every lock node name in a message, shortened.
@@ -191,7 +191,7 @@ class Names {
           ++end;
         }
         const auto word = text.substr(p, end - p);
-        if (parse_lock_node_name(word)) {
+        if (protocol::parse_lock_node_name(word)) {
           out += shorten(word);
           p = end;
           continue;
@@ -207,7 +207,7 @@ class Names {
     if (name.size() == 32 && name.substr(0, 24) == std::string(kGuid).substr(0, 24)) {  // a create's GUID
       return "us" + std::to_string(std::stoul(name.substr(24), nullptr, 16));
     }
-    const auto p = parse_lock_node_name(name);
+    const auto p = protocol::parse_lock_node_name(name);
     if (!p) return name;
     std::string who;
     if (p->guid.substr(0, 24) == std::string(kGuid).substr(0, 24)) {
@@ -553,14 +553,14 @@ TEST(TranscriptFolder, HoldsTheStories) { EXPECT_GE(transcripts().size(), 7u) <<
 TEST(TranscriptNames, ShortNamesRoundTrip) {
   Names names;
   const auto ours = names.expand("w_us1_7");
-  const auto parsed = parse_lock_node_name(ours);
+  const auto parsed = protocol::parse_lock_node_name(ours);
   ASSERT_TRUE(parsed);
   EXPECT_EQ(parsed->guid, std::string(kGuid).substr(0, 24) + "00000001");
   EXPECT_EQ(parsed->sequence, 7);
   EXPECT_EQ(names.shorten(ours), "w_us1_7");
   const auto theirs = names.expand("r_bob_-2147483648");
-  ASSERT_TRUE(parse_lock_node_name(theirs));
-  EXPECT_EQ(parse_lock_node_name(theirs)->mode, Mode::shared);
+  ASSERT_TRUE(protocol::parse_lock_node_name(theirs));
+  EXPECT_EQ(protocol::parse_lock_node_name(theirs)->mode, Mode::shared);
   EXPECT_EQ(names.shorten(theirs), "r_bob_-2147483648");
   EXPECT_EQ(names.expand("leader"), "leader");  // foreign children pass through
   EXPECT_EQ(names.shorten_in("node " + ours + " of /locks/x/" + theirs + "."), "node w_us1_7 of /locks/x/r_bob_-2147483648.");

@@ -20,24 +20,24 @@ namespace {
 
 // fuzz_node_data, crash-7329799ca8e99f23735bbec928f5e91994762508 (found in 20 s).
 TEST(ParserFuzzRegression, NodeDataPidBeyondInt64IsRejected) {
-  EXPECT_FALSE(decode_node_data(R"({"owner":"\u00e9\ud83d\ude00","host":"h","pid":9203623372036854775807,)"
+  EXPECT_FALSE(protocol::decode_node_data(R"({"owner":"\u00e9\ud83d\ude00","host":"h","pid":9203623372036854775807,)"
                                 R"("mode":"exclusive","priority":2147483647})"));
-  EXPECT_FALSE(decode_node_data(R"({"owner":"a","host":"h","pid":1e300,"mode":"exclusive","priority":0})"));
+  EXPECT_FALSE(protocol::decode_node_data(R"({"owner":"a","host":"h","pid":1e300,"mode":"exclusive","priority":0})"));
 }
 
 TEST(ParserFuzzRegression, NodeDataPriorityBeyondIntIsRejected) {
-  EXPECT_FALSE(decode_node_data(R"({"owner":"a","host":"h","pid":1,"mode":"exclusive","priority":1e10})"));
-  EXPECT_FALSE(decode_node_data(R"({"owner":"a","host":"h","pid":1,"mode":"exclusive","priority":4294967297})"));
+  EXPECT_FALSE(protocol::decode_node_data(R"({"owner":"a","host":"h","pid":1,"mode":"exclusive","priority":1e10})"));
+  EXPECT_FALSE(protocol::decode_node_data(R"({"owner":"a","host":"h","pid":1,"mode":"exclusive","priority":4294967297})"));
 }
 
 TEST(ParserFuzzRegression, RevocationRecordNumbersOutOfRangeAreRejected) {
   const std::string head = R"({"victim_node":"/locks/x/n","victim_owner":"o","victim_token":"","cycle":[],)"
                            R"("policy":"operator","mode":"all","detector":"d","reason":"",)";
-  EXPECT_FALSE(decode_revocation_record(head + R"("version":1,"time":1e30})"));
-  EXPECT_FALSE(decode_revocation_record(head + R"("version":1e30,"time":1})"));
-  EXPECT_FALSE(decode_revocation_record(head + R"("version":4294967297,"time":1})"));
+  EXPECT_FALSE(protocol::decode_revocation_record(head + R"("version":1,"time":1e30})"));
+  EXPECT_FALSE(protocol::decode_revocation_record(head + R"("version":1e30,"time":1})"));
+  EXPECT_FALSE(protocol::decode_revocation_record(head + R"("version":4294967297,"time":1})"));
   // In range, the same record decodes.
-  EXPECT_TRUE(decode_revocation_record(head + R"("version":1,"time":1700000000123})"));
+  EXPECT_TRUE(protocol::decode_revocation_record(head + R"("version":1,"time":1700000000123})"));
 }
 
 }  // namespace

@@ -77,9 +77,9 @@ TEST(Policy, CandidatesCarryFactsFromTheAnalysis) {
   auto mk = [&](const std::string& owner, std::int32_t seq, std::int64_t czxid, int prio) {
     QueueNode n;
     n.owner = owner;
-    n.owner_key = owner_key(owner);
+    n.owner_key = protocol::owner_key(owner);
     n.sequence = seq;
-    n.name = lock_node_prefix(Mode::exclusive, n.owner_key, std::string(32, 'f')) + std::to_string(seq);
+    n.name = protocol::lock_node_prefix(Mode::exclusive, n.owner_key, std::string(32, 'f')) + std::to_string(seq);
     n.czxid = czxid;
     n.ctime_ms = now - 5000;
     n.priority = prio;

@@ -18,11 +18,11 @@ namespace {
 // Published FNV-1a 64 vectors, and stripes computed independently
 // (a few lines of Python), so a change to either side is caught.
 TEST(Striped, KnownVectors) {
-  EXPECT_EQ(fnv1a64(""), 0xcbf29ce484222325ull);
-  EXPECT_EQ(fnv1a64("a"), 0xaf63dc4c8601ec8cull);
-  EXPECT_EQ(fnv1a64("foobar"), 0x85944171f73967e8ull);
-  EXPECT_EQ(fnv1a64("acct-991"), 0x498446e17170e272ull);
-  EXPECT_EQ(fnv1a64("caf\xc3\xa9"), 0x48e8823acfa40d89ull);  // UTF-8 bytes, as given
+  EXPECT_EQ(protocol::fnv1a64(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(protocol::fnv1a64("a"), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(protocol::fnv1a64("foobar"), 0x85944171f73967e8ull);
+  EXPECT_EQ(protocol::fnv1a64("acct-991"), 0x498446e17170e272ull);
+  EXPECT_EQ(protocol::fnv1a64("caf\xc3\xa9"), 0x48e8823acfa40d89ull);  // UTF-8 bytes, as given
 
   EXPECT_EQ(StripedMutex::stripe_of("acct-991", 16), 2u);
   EXPECT_EQ(StripedMutex::stripe_of("acct-0", 16), 15u);

@@ -21,10 +21,10 @@ QueueNode node(const std::string& owner, Mode mode, std::int32_t seq, std::int64
                std::int64_t czxid = 0) {
   QueueNode n;
   n.owner = owner;
-  n.owner_key = owner_key(owner);
+  n.owner_key = protocol::owner_key(owner);
   n.mode = mode;
   n.sequence = seq;
-  n.name = lock_node_prefix(mode, n.owner_key, std::string(32, 'a' + static_cast<char>(seq % 6))) +
+  n.name = protocol::lock_node_prefix(mode, n.owner_key, std::string(32, 'a' + static_cast<char>(seq % 6))) +
            std::to_string(seq);
   n.czxid = czxid ? czxid : 1000 + static_cast<std::int64_t>(seq);
   n.ctime_ms = ctime;
@@ -212,7 +212,7 @@ TEST(WaitForGraph, OwnerFallsBackToOwnerKeyWhenDataIsMissingOrForged) {
   n2.owner = "forged";  // does not hash to the key in the name
   auto a = analyze({{"/locks/x", {n1, n2}}});
   const auto owners = a.graph.owners();
-  EXPECT_EQ(owners, (std::vector<std::string>{"owner-key:" + owner_key("A"), "owner-key:" + owner_key("B")}));
+  EXPECT_EQ(owners, (std::vector<std::string>{"owner-key:" + protocol::owner_key("A"), "owner-key:" + protocol::owner_key("B")}));
   // Another node of A with valid data names all of A's nodes.
   auto a2 = analyze({{"/locks/x", {n1, n2}}, {"/locks/y", {w("A", 1)}}});
   EXPECT_EQ(a2.graph.waits()[0].blocker, "A");

@@ -17,7 +17,7 @@
 
 #include "zklock/protocol/node_name.hpp"
 
-namespace zklock {
+namespace zklock::protocol {
 
 inline constexpr std::size_t kMaxNodeDataBytes = 256;
 
@@ -38,4 +38,4 @@ std::string encode_node_data(const NodeData& data);
 // Decodes; nullopt for malformed, oversized or incomplete data (never throws).
 std::optional<NodeData> decode_node_data(std::string_view bytes) noexcept;
 
-}  // namespace zklock
+}  // namespace zklock::protocol

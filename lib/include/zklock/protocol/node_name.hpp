@@ -24,7 +24,7 @@
 #include "zklock/mode.hpp"
 #include "zklock/path.hpp"  // split_path, validate_lock_path: node names live under lock paths
 
-namespace zklock {
+namespace zklock::protocol {
 
 // 64-bit FNV-1a (offset basis 0xcbf29ce484222325, prime 0x100000001b3) of
 // `bytes`. Stable across processes, platforms, languages and releases: it is
@@ -60,4 +60,4 @@ std::string new_guid();
 // saturates at 2147483647 (ZooKeeper 3.8.0); callers order ties by czxid.
 int compare_sequence(std::int32_t a, std::int32_t b) noexcept;
 
-}  // namespace zklock
+}  // namespace zklock::protocol

@@ -33,9 +33,8 @@
 
 #include "zklock/protocol/paths.hpp"
 
-namespace zklock {
+namespace zklock::protocol {
 
-inline constexpr std::string_view kRevocationsPath = protocol::kRevocationsPath;
 inline constexpr std::size_t kMaxRevocationRecordBytes = 64 * 1024;
 
 struct RevocationCycleEntry {
@@ -76,4 +75,4 @@ std::string revocation_message(const RevocationRecord& record);
 // "/zklock/revocations/<name>" for a node path or bare node name.
 std::string revocation_record_path(std::string_view node_path_or_name);
 
-}  // namespace zklock
+}  // namespace zklock::protocol

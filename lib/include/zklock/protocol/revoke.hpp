@@ -38,7 +38,7 @@
 #include "zklock/client.hpp"
 #include "zklock/protocol/revocation.hpp"
 
-namespace zklock {
+namespace zklock::protocol {
 
 struct RevocationTarget {
   std::string node;          // full path of a node to delete
@@ -99,4 +99,4 @@ std::optional<RevocationRecord> read_revocation_record(Client& client, std::stri
 // many were deleted. Throws Error on connection problems.
 std::size_t prune_revocation_records(Client& client, std::size_t keep);
 
-}  // namespace zklock
+}  // namespace zklock::protocol
