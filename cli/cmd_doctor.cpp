@@ -23,7 +23,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.hpp"
+#include "commands.hpp"
 #include "cli/lock_heads.hpp"
 #include "cli/lock_tree.hpp"
 #include "model/election_order.hpp"

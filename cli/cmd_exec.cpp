@@ -33,7 +33,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "cli/commands.hpp"
+#include "commands.hpp"
 #include "zklock/fair_mutex.hpp"
 #include "zklock/shared_mutex.hpp"
 #include "zklock/protocol/revocation.hpp"

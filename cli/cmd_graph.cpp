@@ -14,7 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.hpp"
+#include "commands.hpp"
 #include "cli/lock_tree.hpp"
 #include "model/wait_for_graph_draw.hpp"
 

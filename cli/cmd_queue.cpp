@@ -4,7 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.hpp"
+#include "commands.hpp"
 #include "cli/lock_tree.hpp"
 #include "zklock/token.hpp"
 

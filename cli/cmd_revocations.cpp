@@ -6,7 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.hpp"
+#include "commands.hpp"
 #include "zklock/protocol/revocation.hpp"
 
 namespace zklock::cli {

@@ -11,7 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.hpp"
+#include "commands.hpp"
 #include "cli/lock_tree.hpp"
 #include "zklock/protocol/revoke.hpp"
 

@@ -8,7 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "cli/commands.hpp"
+#include "commands.hpp"
 
 int main(int argc, char** argv) {
   using namespace zklock::cli;

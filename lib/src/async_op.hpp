@@ -27,6 +27,7 @@
 #include <variant>
 
 #include "client_impl.hpp"
+#include "clock.hpp"
 
 namespace zklock {
 

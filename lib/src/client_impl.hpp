@@ -51,6 +51,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "clock.hpp"
 #include "executor.hpp"
 #include "handle.hpp"
 #include "validity_rule.hpp"

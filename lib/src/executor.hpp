@@ -32,6 +32,7 @@
 #include <utility>
 
 #include <spdlog/spdlog.h>
+#include "clock.hpp"
 
 namespace zklock {
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "clock.hpp"
 #include "zklock/client.hpp"
 
 namespace zklock {

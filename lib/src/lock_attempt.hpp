@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "client_impl.hpp"
+#include "clock.hpp"
 #include "lock_machine.hpp"
 #include "zklock/lease.hpp"
 #include "zklock/options.hpp"

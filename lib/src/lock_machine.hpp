@@ -64,6 +64,7 @@
 #include <string_view>
 #include <vector>
 
+#include "clock.hpp"
 #include "lock_machine_types.hpp"
 
 namespace zklock::detail {

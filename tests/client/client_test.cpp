@@ -23,6 +23,8 @@
 namespace zklock {
 namespace {
 
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
 using test::ZkServer;
 using test::ZkServerOptions;
 

@@ -20,6 +20,7 @@
 namespace zklock {
 namespace {
 
+using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 using test::eventually;
 using test::unique_lock_path;

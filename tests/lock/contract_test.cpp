@@ -36,6 +36,8 @@
 namespace zklock {
 namespace {
 
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
 using lock_test::count_children;
 using lock_test::shared_opts;
 using test::eventually;

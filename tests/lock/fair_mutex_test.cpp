@@ -18,6 +18,8 @@
 namespace zklock {
 namespace {
 
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
 using test::unique_lock_path;
 
 ClientOptions shared_opts() { return {.connect = test::shared_server().connect_string(), .session_timeout = 4s}; }

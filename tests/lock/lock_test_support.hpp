@@ -13,6 +13,9 @@
 
 namespace zklock::lock_test {
 
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
 inline ClientOptions shared_opts() {
   return {.connect = test::shared_server().connect_string(), .session_timeout = 4s};
 }

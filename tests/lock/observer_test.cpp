@@ -27,6 +27,7 @@
 namespace zklock {
 namespace {
 
+using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 using Duration = LockObserver::Duration;
 

@@ -21,6 +21,8 @@
 namespace zklock {
 namespace {
 
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
 using lock_test::count_children;
 using lock_test::ms_since;
 using lock_test::shared_opts;

@@ -16,6 +16,7 @@
 namespace zklock {
 namespace {
 
+using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 using test::eventually;
 using test::ms_since;

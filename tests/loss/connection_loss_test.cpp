@@ -27,6 +27,8 @@
 namespace zklock {
 namespace {
 
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
 using test::eventually;
 using test::FaultProxy;
 using test::ms_since;

@@ -45,9 +45,6 @@
 
 namespace zklock {
 
-using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
-
 enum class ConnectionState {
   connected,    // a new session is established
   suspended,    // disconnected; the session may still live on the server
@@ -79,9 +76,9 @@ struct ClientOptions {
   // "host:port[,host:port...][/chroot]". Validated up front.
   std::string connect = "127.0.0.1:2181";
   // Requested session timeout; the server may negotiate it into its bounds.
-  std::chrono::milliseconds session_timeout = 10s;
+  std::chrono::milliseconds session_timeout = std::chrono::seconds(10);
   // How long the constructor waits for the first session before failing.
-  std::chrono::milliseconds connect_timeout = 5s;
+  std::chrono::milliseconds connect_timeout = std::chrono::seconds(5);
   std::optional<DigestCredentials> credentials;
   // ACL put on nodes zklock creates. Empty: world:anyone:all without
   // credentials; with credentials, "auth" (the creator) all + world read.
@@ -90,16 +87,16 @@ struct ClientOptions {
   std::string owner_prefix;
   // Subtracted from the validity bound for clock-rate error between client
   // and server. Zero picks max(negotiated timeout / 10, 20 ms).
-  std::chrono::milliseconds validity_margin = 0ms;
+  std::chrono::milliseconds validity_margin{0};
   // The ensemble's tickTime, which the validity bound's proof needs. Zero:
   // read it at start with the `conf` four-letter word (the servers'
   // 4lw.commands.whitelist must include conf); when no server answers it, the
   // bound assumes tickTime <= half the negotiated timeout (true unless
   // minSessionTimeout is configured below 2 × tickTime) and logs a warning.
-  std::chrono::milliseconds server_tick_time = 0ms;
+  std::chrono::milliseconds server_tick_time{0};
   // The C client re-resolves host names on every I/O loop by default, which
   // costs client CPU on every request; re-resolve at most this often.
-  std::chrono::milliseconds resolution_delay = 30s;
+  std::chrono::milliseconds resolution_delay = std::chrono::seconds(30);
   // The least severe of the C client's own log lines passed on to `logger`.
   LogLevel zk_log_level = LogLevel::warn;
   // spdlog logger name used by zklock ("zklock").
@@ -196,7 +193,7 @@ class Client {
   std::uint64_t session_epoch() const;
   std::chrono::milliseconds negotiated_timeout() const;
   // See the file comment. In the past while no session is known to be alive.
-  Clock::time_point valid_until() const;
+  std::chrono::steady_clock::time_point valid_until() const;
   // Blocks until connected (or the deadline). Returns whether connected.
   bool wait_connected(std::chrono::milliseconds timeout) const;
 

@@ -139,7 +139,7 @@ class MultiLock {
  private:
   // The one path behind the three forms. `deadline` unset: none. Errors
   // (including Errc::timeout) are thrown after the taken members are released.
-  MultiLease run(std::stop_token stop, std::optional<Clock::time_point> deadline, const AcquireOptions& options);
+  MultiLease run(std::stop_token stop, std::optional<std::chrono::steady_clock::time_point> deadline, const AcquireOptions& options);
   // acquire_async's chain: takes member `run->taken.size()` next.
   struct AsyncRun;
   static void step(std::shared_ptr<AsyncRun> run);

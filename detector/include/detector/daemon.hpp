@@ -43,6 +43,8 @@
 
 namespace zklock::detector {
 
+using Clock = std::chrono::steady_clock;
+
 enum class RevocationMode { wait, all };
 std::string_view revocation_mode_name(RevocationMode m) noexcept;  // "wait" / "all"
 

@@ -6,6 +6,7 @@
 // mirror_apply.cpp: applying a listing or a node read to the state.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -18,6 +19,8 @@
 #include "detector/mirror.hpp"
 
 namespace zklock::detector {
+
+using Clock = std::chrono::steady_clock;
 
 struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
   // Invariants (under mu):
