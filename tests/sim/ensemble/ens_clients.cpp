@@ -32,6 +32,7 @@ Micros margin_of(Micros timeout) { return std::max<Micros>(timeout / 10, 20 * kM
 void World::new_session(ClientState& cl) {
   if (cl.session != 0) res_.c.session_time += now_ - cl.session_since;
   cl.session = 0;
+  cl.session_asked.reset();
   cl.have_bound = false;
   cl.lock = Lock::idle;
   cl.node = 0;
@@ -50,9 +51,10 @@ void World::client_connect(int c) {
   const int s = cl.server;
   connect_link(c, s);
   const Micros t = local(c);
-  if (cl.session == 0) cl.session_sent = t;
+  if (cl.session == 0 && !cl.session_asked) cl.session_asked = t;
   cl.last_sent = cl.last_heard = t;
   const auto req = next_req_++;
+  cl.connect_req = req;
   const auto session = cl.session;
   send(c, s, [this, s, c, session, req] { server_connect(s, c, session, req); });
   const auto attempt = cl.attempt;
@@ -64,9 +66,12 @@ void World::client_connect(int c) {
   });
 }
 
-void World::on_connected(int c, std::uint64_t session, bool expired) {
+void World::on_connected(int c, std::uint64_t req, std::uint64_t session, bool expired) {
   ClientState& cl = client_of(clients_, c);
-  if (cl.connected) return;
+  // Only the current attempt's answer: over TCP an earlier attempt's goes to
+  // the connection it was asked on, which is closed (the model's server keeps
+  // one connection per client, so without this check it would arrive here).
+  if (cl.connected || req != cl.connect_req) return;
   if (expired) {
     trace("c" + std::to_string(c) + " told: session " + std::to_string(cl.session) + " expired");
     new_session(cl);
@@ -84,7 +89,7 @@ void World::on_connected(int c, std::uint64_t session, bool expired) {
     cl.rule.reset(detail::ValidityParams{std::chrono::microseconds(cfg_.timeout), std::chrono::microseconds(cfg_.tick),
                                          std::chrono::microseconds(m)});
     cl.pairing.clear();
-    cl.bound = cl.session_sent + cfg_.timeout - m;  // the leader created it after we asked
+    cl.bound = *cl.session_asked + cfg_.timeout - m;  // the leader created it after we first asked
     cl.have_bound = true;
     cl.lock = Lock::idle;
     cl.idle_until = local(c);

@@ -114,13 +114,13 @@ void World::finish_connect(int s, std::uint64_t req, std::uint64_t session, bool
   const int c = it->second;
   sv.waiting.erase(it);
   if (!valid) {
-    send(s, c, [this, c, session] { on_connected(c, session, true); });
+    send(s, c, [this, c, req, session] { on_connected(c, req, session, true); });
     return;
   }
   sv.clients[c] = session;
   sv.told.erase(c);
   if (sv.role == Role::following) sv.touches.insert(session);
-  send(s, c, [this, c, session] { on_connected(c, session, false); });
+  send(s, c, [this, c, req, session] { on_connected(c, req, session, false); });
   tell_heads(s);
 }
 

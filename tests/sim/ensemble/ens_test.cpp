@@ -78,6 +78,19 @@ TEST(EnsembleSim, TheChainRuleHoldsUnderEveryFault) {
   EXPECT_GT(sum.handouts, seeds * 10) << "the rule must also prove bounds, not only refuse them";
 }
 
+// Seeds that once broke a check, replayed on every run. 202244 (V2): a
+// client took its first bound from its latest connect attempt, and the
+// model's server answered an earlier attempt, whose session the paused
+// leader had started seconds before, on the new connection.
+TEST(EnsembleSim, SeedsThatOnceFailedHold) {
+  for (const std::uint64_t seed : {202244ULL}) {
+    Config cfg;
+    cfg.seed = seed;
+    const auto r = run(cfg);
+    EXPECT_TRUE(r.ok) << describe(r);
+  }
+}
+
 // The rule the library had before (sync + exists answers, paired a period
 // apart) must be caught: a deposed leader answers syncs without a quorum.
 // Both checks are reported. V2 (a close committed within the bound) sees it

@@ -38,6 +38,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
 #include <string>
@@ -138,8 +139,14 @@ struct ClientState {
   bool connected = false;
   std::uint64_t attempt = 0;     // connection attempts: older timers are void
   std::uint64_t conn = 0;        // connections made (the rule's "same connection")
+  std::uint64_t connect_req = 0; // the current attempt's connect request: only its answer connects
   std::uint64_t session = 0;
-  Micros session_sent = 0, session_since = 0;  // local; real
+  // Local: the first connect attempt for the session we have or ask for. The
+  // library's first bound starts from its handle's creation, before any
+  // attempt: the session the server hands us may be one an earlier attempt
+  // asked for, created (and its clock started) before a later attempt left.
+  std::optional<Micros> session_asked;
+  Micros session_since = 0;  // real
   Micros bound = 0;              // valid_until, local clock; meaningful with a session
   bool have_bound = false;
   detail::ValidityRule rule;
@@ -232,7 +239,7 @@ class World {
   void start_clients();
   void client_connect(int c);
   void client_tick(int c, std::uint64_t attempt);
-  void on_connected(int c, std::uint64_t session, bool expired);
+  void on_connected(int c, std::uint64_t req, std::uint64_t session, bool expired);
   void on_client_closed(int c, bool expired);
   void on_answer(int c, std::uint64_t req, int rc, std::uint64_t value);
   void on_head(int c, std::uint64_t czxid);
