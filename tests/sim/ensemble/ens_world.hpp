@@ -141,10 +141,9 @@ struct ClientState {
   std::uint64_t conn = 0;        // connections made (the rule's "same connection")
   std::uint64_t connect_req = 0; // the current attempt's connect request: only its answer connects
   std::uint64_t session = 0;
-  // Local: the first connect attempt for the session we have or ask for. The
-  // library's first bound starts from its handle's creation, before any
-  // attempt: the session the server hands us may be one an earlier attempt
-  // asked for, created (and its clock started) before a later attempt left.
+  // Local: the first connect attempt for the session we have or ask for, as
+  // the library's first bound starts from its handle's creation, before any
+  // attempt leaves.
   std::optional<Micros> session_asked;
   Micros session_since = 0;  // real
   Micros bound = 0;              // valid_until, local clock; meaningful with a session
