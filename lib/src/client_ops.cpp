@@ -1,22 +1,10 @@
 // The asynchronous operations of zklock::Client and the ACL they create with, each through send_op (async_op.hpp).
-#include <array>
-
 #include "async_op.hpp"
 #include "client_impl.hpp"
+#include "multi_request.hpp"
 
 namespace zklock {
 namespace {
-
-int to_zoo_mode(CreateMode m) {
-  switch (m) {
-    case CreateMode::persistent: return ZOO_PERSISTENT;
-    case CreateMode::ephemeral: return ZOO_EPHEMERAL;
-    case CreateMode::persistent_sequential: return ZOO_PERSISTENT_SEQUENTIAL;
-    case CreateMode::ephemeral_sequential: return ZOO_EPHEMERAL_SEQUENTIAL;
-    case CreateMode::container: return ZOO_CONTAINER;
-  }
-  return ZOO_PERSISTENT;
-}
 
 Stat to_stat(const ::Stat* s) {
   Stat out;
@@ -43,46 +31,6 @@ std::vector<std::string> to_names(int rc, const String_vector* sv) {
   }
   return names;
 }
-
-// A multi's request and result arrays, which must live until its completion.
-// Built whole before the request is tracked (OpBase::published); held through
-// a unique_ptr, so the C structs' pointers into it never move.
-struct MultiRequest {
-  MultiRequest(std::vector<Op> requested, const ACL_vector* acl) : ops(std::move(requested)) {
-    const auto n = ops.size();
-    zops.resize(n);
-    results.resize(n);
-    path_buffers.resize(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      const Op& op = ops[i];
-      switch (op.kind) {
-        case Op::Kind::create:
-          zoo_create_op_init(&zops[i], op.path.c_str(), op.data.data(), static_cast<int>(op.data.size()), acl,
-                             to_zoo_mode(op.mode), path_buffers[i].data(), static_cast<int>(path_buffers[i].size()));
-          break;
-        case Op::Kind::remove: zoo_delete_op_init(&zops[i], op.path.c_str(), op.version); break;
-        case Op::Kind::set_data:
-          zoo_set_op_init(&zops[i], op.path.c_str(), op.data.data(), static_cast<int>(op.data.size()), op.version,
-                          nullptr);
-          break;
-        case Op::Kind::check: zoo_check_op_init(&zops[i], op.path.c_str(), op.version); break;
-      }
-    }
-  }
-  std::vector<OpResult> outcome() const {
-    std::vector<OpResult> out(ops.size());
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      out[i].status = Status{results[i].err};
-      if (ops[i].kind == Op::Kind::create && results[i].err == ZOK) out[i].created_path = path_buffers[i].data();
-    }
-    return out;
-  }
-
-  std::vector<Op> ops;
-  std::vector<zoo_op_t> zops;
-  std::vector<zoo_op_result_t> results;
-  std::vector<std::array<char, 1024>> path_buffers;
-};
 
 using CreateDone = std::function<void(Status, const std::string&, const Stat&)>;
 using ChildrenDone = std::function<void(Status, std::vector<std::string>)>;
@@ -210,14 +158,12 @@ void Client::Impl::remove(std::string path, int version, VoidDone done) {
 void Client::Impl::multi(std::vector<Op> ops, MultiDone done) {
   auto request = std::make_unique<MultiRequest>(std::move(ops), acl());
   // Taken now: once tracked, the request belongs to the completion.
-  const auto n = static_cast<int>(request->zops.size());
-  zoo_op_t* zops = request->zops.data();
-  zoo_op_result_t* results = request->results.data();
+  MultiRequest* req = request.get();
   send_op<MultiCtx>(
       this, std::move(done), nullptr,
       [&](zhandle_t* zh, MultiCtx* ctx, ArmedWatch) {
-        return zoo_amulti(
-            zh, n, zops, results,
+        return issue_multi(
+            zh, *req,
             [](int rc, const void* d) noexcept {
               // A multi is one transaction through the leader, even when it only checks.
               auto c = begin_completion<MultiCtx>(d, rc, false, true);

@@ -112,8 +112,8 @@ void ZkHandle::ensure(const std::string& path) {
     throw HarnessError("create " + path + ": " + zerror(rc));
 }
 
-int ZkHandle::exists(const std::string& path, Stat* stat) {
-  Stat local;
+int ZkHandle::exists(const std::string& path, ::Stat* stat) {
+  ::Stat local;
   return zoo_exists(zh_, path.c_str(), 0, stat != nullptr ? stat : &local);
 }
 

@@ -77,7 +77,7 @@ class ZkHandle {
              std::string* created = nullptr);
   // Throws HarnessError unless ZOK or ZNODEEXISTS.
   void ensure(const std::string& path);
-  int exists(const std::string& path, Stat* stat = nullptr);
+  int exists(const std::string& path, ::Stat* stat = nullptr);  // the C client's Stat
   int children(const std::string& path, std::vector<std::string>* out);
 
   struct Watch;  // implementation detail: session state shared with the C client's watcher

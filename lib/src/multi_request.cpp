@@ -1,0 +1,100 @@
+// A multi for the C client (multi_request.hpp: why zoo_amulti is never called when it would fail).
+#include "multi_request.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace zklock {
+
+int to_zoo_mode(CreateMode m) {
+  switch (m) {
+    case CreateMode::persistent: return ZOO_PERSISTENT;
+    case CreateMode::ephemeral: return ZOO_EPHEMERAL;
+    case CreateMode::persistent_sequential: return ZOO_PERSISTENT_SEQUENTIAL;
+    case CreateMode::ephemeral_sequential: return ZOO_EPHEMERAL_SEQUENTIAL;
+    case CreateMode::container: return ZOO_CONTAINER;
+  }
+  return ZOO_PERSISTENT;
+}
+
+bool c_client_accepts_path(const char* path, int zoo_flags) {
+  // ZOO_SEQUENCE is 2 in every mode that has it (zookeeper.h).
+  const bool sequential = (zoo_flags & ZOO_SEQUENCE) != 0;
+  if (path == nullptr || path[0] != '/') return false;
+  const std::size_t len = std::strlen(path);
+  if (len == 1) return true;  // the root
+  if (path[len - 1] == '/' && !sequential) return false;
+  std::size_t start = 1;  // of the current component
+  for (std::size_t i = 1; i <= len; ++i) {
+    if (i < len && path[i] != '/') {
+      const auto c = static_cast<signed char>(path[i]);  // as the C client compares a plain char
+      if (c > 0x00 && c < 0x1f) return false;
+      continue;
+    }
+    const std::size_t n = i - start;
+    const bool last = i == len;
+    if (n == 0 && !last) return false;  // "//"
+    const bool dots = (n == 1 && path[start] == '.') || (n == 2 && path[start] == '.' && path[start + 1] == '.');
+    if (dots && !(last && sequential)) return false;
+    start = i + 1;
+  }
+  return true;
+}
+
+MultiRequest::MultiRequest(std::vector<Op> requested, const ACL_vector* acl) : ops(std::move(requested)) {
+  const auto n = ops.size();
+  zops.resize(n);
+  results.resize(n);
+  path_buffers.resize(n);
+  c_paths.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    char* p = ::strdup(ops[i].path.c_str());
+    if (p == nullptr) throw std::bad_alloc();
+    c_paths.push_back(p);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const Op& op = ops[i];
+    const char* path = c_paths[i];
+    switch (op.kind) {
+      case Op::Kind::create:
+        zoo_create_op_init(&zops[i], path, op.data.data(), static_cast<int>(op.data.size()), acl,
+                           to_zoo_mode(op.mode), path_buffers[i].data(), static_cast<int>(path_buffers[i].size()));
+        break;
+      case Op::Kind::remove: zoo_delete_op_init(&zops[i], path, op.version); break;
+      case Op::Kind::set_data:
+        zoo_set_op_init(&zops[i], path, op.data.data(), static_cast<int>(op.data.size()), op.version, nullptr);
+        break;
+      case Op::Kind::check: zoo_check_op_init(&zops[i], path, op.version); break;
+    }
+  }
+}
+
+MultiRequest::~MultiRequest() {
+  if (c_paths_given_up) return;  // zoo_amulti may have freed one: leak them all rather than free one twice
+  for (char* p : c_paths) std::free(p);
+}
+
+std::vector<OpResult> MultiRequest::outcome() const {
+  std::vector<OpResult> out(ops.size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i].status = Status{results[i].err};
+    if (ops[i].kind == Op::Kind::create && results[i].err == ZOK) out[i].created_path = path_buffers[i].data();
+  }
+  return out;
+}
+
+int issue_multi(zhandle_t* zh, MultiRequest& req, void_completion_t done, const void* data) {
+  for (std::size_t i = 0; i < req.ops.size(); ++i) {
+    const int flags = req.ops[i].kind == Op::Kind::create ? to_zoo_mode(req.ops[i].mode) : 0;
+    if (!c_client_accepts_path(req.c_paths[i], flags)) return ZBADARGUMENTS;
+  }
+  const int state = zoo_state(zh);
+  if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) return ZINVALIDSTATE;
+  const int rc = zoo_amulti(zh, static_cast<int>(req.zops.size()), req.zops.data(), req.results.data(), done, data);
+  // Not ZOK: nothing completes the request, so it is still ours to touch.
+  if (rc != ZOK) req.c_paths_given_up = true;
+  return rc;
+}
+
+}  // namespace zklock
