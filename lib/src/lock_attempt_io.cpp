@@ -18,13 +18,19 @@ using Kind = MachineEvent::Kind;
 using Req = MachineRequest::Kind;
 
 // Which codes are transient and which end the session is error.hpp's
-// decision (is_transient, is_session_fatal), not the recipe's.
+// decision (is_transient, is_session_fatal), not the recipe's. One more
+// ends it here: invalid_state, which for an asynchronous request (the only
+// kind the shell sends) means the C client refused to send it on a handle
+// that is over — its session expired, its authentication failed, or it is
+// closing. Read as an error instead, a revocation record that could not be
+// read that way made a frozen holder whose session expired report
+// "revoked" (HolderLoss.FrozenPastTheSessionTimeoutIsToldExpiryNotRevocation).
 Rc rc_of(const Status& st) {
   if (st.ok()) return Rc::ok;
   if (st.is(Errc::no_node)) return Rc::no_node;
   if (st.is(Errc::node_exists)) return Rc::node_exists;
   if (is_transient(st)) return Rc::connection_loss;
-  if (is_session_fatal(st)) return Rc::session_expired;
+  if (is_session_fatal(st) || st.is(Errc::invalid_state)) return Rc::session_expired;
   return Rc::error;
 }
 
