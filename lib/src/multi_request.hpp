@@ -16,12 +16,13 @@
 // init — a path the C client rejects, or an unrecoverable handle — and hands
 // it paths of its own (malloc'd copies) that it gives up, rather than frees,
 // whenever zoo_amulti refuses the request. What is left is a state change in
-// the microseconds of the call itself (the I/O thread reading an "expired"
-// answer to a reconnect while zoo_amulti runs). Without a chroot, a multi of
-// two sub-requests is safe even then (the copy zoo_amulti frees is never
-// freed again); one of three or more, or any with a chroot (whose prepended
-// path Request_path_init frees before zoo_amulti frees it again), may still
-// free a pointer twice inside the C client (docs/design.md).
+// the call itself (the I/O thread reading an "expired" answer to a reconnect
+// while zoo_amulti runs: microseconds, unless the caller is preempted inside
+// it). Without a chroot, a multi of two sub-requests is safe even then (the
+// copy zoo_amulti frees is never freed again); one of three or more, or any
+// with a chroot (whose prepended path Request_path_init frees before
+// zoo_amulti frees it again), may still free a pointer twice inside the C
+// client (docs/design.md).
 #pragma once
 
 #include <zookeeper/zookeeper.h>
