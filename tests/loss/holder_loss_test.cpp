@@ -68,15 +68,18 @@ TEST(HolderLoss, FrozenPastTheSessionTimeoutIsRefusedByTheStoreOnResume) {
 
 // The same freeze, seen through the loss reason the holder is given.
 //
-// Regression (fixed in lib/src/lock_attempt.cpp, own_node_gone_locked):
-// when the server expires a frozen holder's session it deletes the ephemeral
-// node and sends the holder's own exists-watch notification into the
-// still-open socket before closing it. On SIGCONT the client could process
-// that notification first, fail to read a revocation record (the session is
-// gone) and report LossReason::revoked. Without a record it now leaves the
-// verdict to the session events (validity_expired or session_expired).
-// It is a race (seen about once in a few freezes), so the test freezes up to
-// six times.
+// When the server expires a frozen holder's session it deletes the ephemeral
+// node and sends the holder's own-node watch notification into the
+// still-open socket before closing it. On SIGCONT the client may process
+// that notification first and try to read a revocation record on a session
+// that is gone: the read fails with connection loss, or the C client refuses
+// it (invalid_state) on the expired handle. Neither is a verdict: the
+// machine leaves it to the session events (validity_expired or
+// session_expired) and never reports LossReason::revoked (lock_machine_hold.cpp,
+// on_record; lock_attempt_io.cpp, rc_of). On the same resume the lapse
+// removes the node with the marker's two-op multi on the expired handle,
+// which once aborted the process (lib/src/multi_request.hpp). Both are races
+// (about once in a few freezes), so the test freezes up to six times.
 TEST(HolderLoss, FrozenPastTheSessionTimeoutIsToldExpiryNotRevocation) {
   auto& zk = test::shared_server();
   auto probe = ZkHandle::connect(zk.connect_string());
