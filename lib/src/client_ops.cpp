@@ -158,12 +158,12 @@ void Client::Impl::remove(std::string path, int version, VoidDone done) {
 void Client::Impl::multi(std::vector<Op> ops, MultiDone done) {
   auto request = std::make_unique<MultiRequest>(std::move(ops), acl());
   // Taken now: once tracked, the request belongs to the completion.
-  MultiRequest* req = request.get();
+  const auto call = request->call();
   send_op<MultiCtx>(
       this, std::move(done), nullptr,
       [&](zhandle_t* zh, MultiCtx* ctx, ArmedWatch) {
         return issue_multi(
-            zh, *req,
+            zh, call,
             [](int rc, const void* d) noexcept {
               // A multi is one transaction through the leader, even when it only checks.
               auto c = begin_completion<MultiCtx>(d, rc, false, true);

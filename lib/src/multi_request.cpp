@@ -84,16 +84,22 @@ std::vector<OpResult> MultiRequest::outcome() const {
   return out;
 }
 
-int issue_multi(zhandle_t* zh, MultiRequest& req, void_completion_t done, const void* data) {
-  for (std::size_t i = 0; i < req.ops.size(); ++i) {
-    const int flags = req.ops[i].kind == Op::Kind::create ? to_zoo_mode(req.ops[i].mode) : 0;
-    if (!c_client_accepts_path(req.c_paths[i], flags)) return ZBADARGUMENTS;
+MultiRequest::Call MultiRequest::call() {
+  Call c{static_cast<int>(zops.size()), zops.data(), results.data(), true, &c_paths_given_up};
+  for (std::size_t i = 0; i < ops.size() && c.paths_accepted; ++i) {
+    const int flags = ops[i].kind == Op::Kind::create ? to_zoo_mode(ops[i].mode) : 0;
+    c.paths_accepted = c_client_accepts_path(c_paths[i], flags);
   }
+  return c;
+}
+
+int issue_multi(zhandle_t* zh, const MultiRequest::Call& call, void_completion_t done, const void* data) {
+  if (!call.paths_accepted) return ZBADARGUMENTS;
   const int state = zoo_state(zh);
   if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) return ZINVALIDSTATE;
-  const int rc = zoo_amulti(zh, static_cast<int>(req.zops.size()), req.zops.data(), req.results.data(), done, data);
+  const int rc = zoo_amulti(zh, call.count, call.zops, call.results, done, data);
   // Not ZOK: nothing completes the request, so it is still ours to touch.
-  if (rc != ZOK) req.c_paths_given_up = true;
+  if (rc != ZOK) *call.given_up = true;
   return rc;
 }
 

@@ -53,6 +53,18 @@ struct MultiRequest {
 
   std::vector<OpResult> outcome() const;
 
+  // What issue_multi() needs, taken before the request is tracked: from then
+  // on the completion may free the request, so the issuing thread reads
+  // nothing of it (OpBase::published); zoo_amulti reads the arrays.
+  struct Call {
+    int count = 0;
+    zoo_op_t* zops = nullptr;
+    zoo_op_result_t* results = nullptr;
+    bool paths_accepted = false;  // every path passes c_client_accepts_path
+    bool* given_up = nullptr;     // &c_paths_given_up, set only when refused
+  };
+  Call call();
+
   std::vector<Op> ops;
   std::vector<zoo_op_t> zops;
   std::vector<zoo_op_result_t> results;
@@ -63,10 +75,10 @@ struct MultiRequest {
   bool c_paths_given_up = false;
 };
 
-// zoo_amulti(zh, req) with `done(rc, data)` as its completion, or, without
-// calling it, ZBADARGUMENTS for a path the C client would reject and
+// zoo_amulti(zh, the request) with `done(rc, data)` as its completion, or,
+// without calling it, ZBADARGUMENTS for a path the C client would reject and
 // ZINVALIDSTATE for an unrecoverable handle. Non-ZOK: the request is still
 // the caller's, and nothing completes it.
-int issue_multi(zhandle_t* zh, MultiRequest& req, void_completion_t done, const void* data);
+int issue_multi(zhandle_t* zh, const MultiRequest::Call& call, void_completion_t done, const void* data);
 
 }  // namespace zklock

@@ -49,7 +49,7 @@ TEST(ExpiredMulti, IsRefusedWithoutZooAmultiAndThePathsStayTheRequests) {
   {
     MultiRequest req({Op::remove(node + "/w_1"), Op::set_data(node, "w_1"), Op::check(node)},
                      &ZOO_OPEN_ACL_UNSAFE);
-    EXPECT_EQ(issue_multi(h.get(), req, never_completes, &completed), ZINVALIDSTATE);
+    EXPECT_EQ(issue_multi(h.get(), req.call(), never_completes, &completed), ZINVALIDSTATE);
     EXPECT_FALSE(req.c_paths_given_up);  // zoo_amulti was never called: the request frees its paths
     EXPECT_STREQ(req.c_paths[0], (node + "/w_1").c_str());
     EXPECT_STREQ(req.c_paths[1], node.c_str());
@@ -66,7 +66,7 @@ TEST(ExpiredMulti, APathTheCClientRejectsIsRefusedBeforeZooAmulti) {
   {
     // The bad path first: with zoo_amulti, the second sub-request would free it.
     MultiRequest req({Op::remove(node + "//w_1"), Op::set_data(node, "x")}, &ZOO_OPEN_ACL_UNSAFE);
-    EXPECT_EQ(issue_multi(h.get(), req, never_completes, &completed), ZBADARGUMENTS);
+    EXPECT_EQ(issue_multi(h.get(), req.call(), never_completes, &completed), ZBADARGUMENTS);
     EXPECT_FALSE(req.c_paths_given_up);
   }
   EXPECT_EQ(completed.load(), 0);
