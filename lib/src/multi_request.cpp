@@ -19,7 +19,7 @@ int to_zoo_mode(CreateMode m) {
 }
 
 bool c_client_accepts_path(const char* path, int zoo_flags) {
-  // ZOO_SEQUENCE is 2 in every mode that has it (zookeeper.h).
+  // ZOOKEEPER_IS_SEQUENCE: modes 2, 3 and 6, exactly those with the ZOO_SEQUENCE bit (2).
   const bool sequential = (zoo_flags & ZOO_SEQUENCE) != 0;
   if (path == nullptr || path[0] != '/') return false;
   const std::size_t len = std::strlen(path);

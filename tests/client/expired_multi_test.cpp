@@ -2,7 +2,7 @@
 //
 // zoo_amulti frees the first sub-request's path when a later one cannot be
 // prepared on an unrecoverable handle (lib/src/multi_request.hpp). A holder
-// frozen past its session aborted that way ("double free"), releasing with
+// frozen past its session aborted that way ("double free"), removing its node with
 // the marker's two-op multi. issue_multi() must refuse such a request
 // without calling zoo_amulti, and leave every path the request owns intact.
 // Without the guard, the request's destructor frees a path the C client
