@@ -49,13 +49,10 @@ MultiRequest::MultiRequest(std::vector<Op> requested, const ACL_vector* acl) : o
   path_buffers.resize(n);
   c_paths.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
-    char* p = ::strdup(ops[i].path.c_str());
-    if (p == nullptr) throw std::bad_alloc();
-    c_paths.push_back(p);
-  }
-  for (std::size_t i = 0; i < n; ++i) {
     const Op& op = ops[i];
-    const char* path = c_paths[i];
+    c_paths.emplace_back(::strdup(op.path.c_str()));
+    const char* path = c_paths.back().get();
+    if (path == nullptr) throw std::bad_alloc();
     switch (op.kind) {
       case Op::Kind::create:
         zoo_create_op_init(&zops[i], path, op.data.data(), static_cast<int>(op.data.size()), acl,
@@ -71,8 +68,8 @@ MultiRequest::MultiRequest(std::vector<Op> requested, const ACL_vector* acl) : o
 }
 
 MultiRequest::~MultiRequest() {
-  if (c_paths_given_up) return;  // zoo_amulti may have freed one: leak them all rather than free one twice
-  for (char* p : c_paths) std::free(p);
+  if (!c_paths_given_up) return;
+  for (auto& p : c_paths) (void)p.release();  // zoo_amulti may have freed one: leak them all rather than free one twice
 }
 
 std::vector<OpResult> MultiRequest::outcome() const {
@@ -88,7 +85,7 @@ MultiRequest::Call MultiRequest::call() {
   Call c{static_cast<int>(zops.size()), zops.data(), results.data(), true, &c_paths_given_up};
   for (std::size_t i = 0; i < ops.size() && c.paths_accepted; ++i) {
     const int flags = ops[i].kind == Op::Kind::create ? to_zoo_mode(ops[i].mode) : 0;
-    c.paths_accepted = c_client_accepts_path(c_paths[i], flags);
+    c.paths_accepted = c_client_accepts_path(c_paths[i].get(), flags);
   }
   return c;
 }

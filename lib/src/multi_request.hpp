@@ -9,8 +9,9 @@
 // `path` field, never set, to free_duplicate_path, which frees it unless it
 // equals the sub-request's own path. In Debian's build that field holds the
 // failed sub-request's path pointer: zoo_amulti frees the caller's string,
-// and the caller frees it again (a holder frozen past its session, releasing
-// with the marker's two-op multi on the expired handle, aborted this way).
+// and the caller frees it again (a holder frozen past its session, removing
+// its node with the marker's two-op multi on the expired handle when its
+// bound lapsed, aborted this way).
 //
 // So issue_multi() never calls zoo_amulti when a sub-request would fail its
 // init — a path the C client rejects, or an unrecoverable handle — and hands
@@ -28,6 +29,8 @@
 #include <zookeeper/zookeeper.h>
 
 #include <array>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "zklock/client.hpp"
@@ -69,9 +72,12 @@ struct MultiRequest {
   std::vector<zoo_op_t> zops;
   std::vector<zoo_op_result_t> results;
   std::vector<std::array<char, 1024>> path_buffers;
-  // The paths zops point to: malloc'd copies of ops[i].path, freed by the
-  // destructor unless zoo_amulti refused the request (see above).
-  std::vector<char*> c_paths;
+  // The paths zops point to: malloc'd copies of ops[i].path, freed with the
+  // request unless zoo_amulti refused it (see above).
+  struct FreeChars {
+    void operator()(char* p) const noexcept { std::free(p); }
+  };
+  std::vector<std::unique_ptr<char, FreeChars>> c_paths;
   bool c_paths_given_up = false;
 };
 

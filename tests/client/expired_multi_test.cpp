@@ -51,8 +51,8 @@ TEST(ExpiredMulti, IsRefusedWithoutZooAmultiAndThePathsStayTheRequests) {
                      &ZOO_OPEN_ACL_UNSAFE);
     EXPECT_EQ(issue_multi(h.get(), req.call(), never_completes, &completed), ZINVALIDSTATE);
     EXPECT_FALSE(req.c_paths_given_up);  // zoo_amulti was never called: the request frees its paths
-    EXPECT_STREQ(req.c_paths[0], (node + "/w_1").c_str());
-    EXPECT_STREQ(req.c_paths[1], node.c_str());
+    EXPECT_STREQ(req.c_paths[0].get(), (node + "/w_1").c_str());
+    EXPECT_STREQ(req.c_paths[1].get(), node.c_str());
   }  // the destructor frees each path once
   EXPECT_EQ(completed.load(), 0);
 }

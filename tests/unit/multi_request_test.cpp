@@ -44,7 +44,7 @@ TEST(MultiRequestShape, ItsSubRequestsPointToItsOwnCopiesOfThePaths) {
   EXPECT_STREQ(req.zops[3].create_op.path, "/c/");
   EXPECT_EQ(req.zops[3].create_op.flags, ZOO_PERSISTENT_SEQUENTIAL);
   for (std::size_t i = 0; i < req.ops.size(); ++i) {
-    EXPECT_NE(static_cast<const void*>(req.c_paths[i]), static_cast<const void*>(req.ops[i].path.c_str())) << i;
+    EXPECT_NE(static_cast<const void*>(req.c_paths[i].get()), static_cast<const void*>(req.ops[i].path.c_str())) << i;
   }
 }
 
