@@ -123,9 +123,10 @@ Client::Impl::Census Client::Impl::census() {
   return c;
 }
 
-int Client::Impl::issue(IssueFn fn) {
+int Client::Impl::issue(IssueFn fn, std::uint64_t session) {
   std::shared_lock lk(handle_mu_);
   if (handle_ == nullptr || closing_) return ZCLOSING;
+  if (session != kAnySession && handle_->epoch != session) return ZSESSIONEXPIRED;
   return fn(handle_->zh.get(), handle_.get());
 }
 

@@ -210,9 +210,10 @@ void fail_op(Ctx& ctx, int rc) {
 // One request. `send(zh, ctx, watch)` makes one zoo_a* call with `ctx` as its
 // data (and `watch` as its watcher, if it takes one) whose completion ends as
 // above, and returns its code; it must not read `ctx` (see OpBase::published).
-// `watch` is armed only if the request is issued.
+// `watch` is armed only if the request is issued. `session`: see
+// Client::Impl::issue (kAnySession, or the one epoch it may go out on).
 template <class Ctx, class Send>
-void send_op(Client::Impl* impl, typename Ctx::done_type done, Watcher watch, Send send,
+void send_op(Client::Impl* impl, std::uint64_t session, typename Ctx::done_type done, Watcher watch, Send send,
              typename Ctx::extra_type extra = {}) {
   auto* ctx = new Ctx{{impl}, std::move(done), std::move(extra)};
   const int rc = impl->issue([&](zhandle_t* zh, Handle* h) {
@@ -223,10 +224,11 @@ void send_op(Client::Impl* impl, typename Ctx::done_type done, Watcher watch, Se
     ctx->watch_id = ctx->watch ? ctx->watch->id : 0;
     const ArmedWatch armed{ctx->watch ? watch_trampoline : nullptr, ctx->watch};
     return send_tracked<fail_op<Ctx>>(h, ctx, [&](Ctx* c) { return send(zh, c, armed); });
-  });
+  }, session);
   if (rc == ZOK) return;  // the completion owns `ctx` now (and may have freed it)
   std::unique_ptr<Ctx> refused(ctx);
-  impl->defer([done = std::move(refused->done), rc, ep = impl->epoch()] {
+  const auto ep = session != Client::Impl::kAnySession ? session : impl->epoch();
+  impl->defer([done = std::move(refused->done), rc, ep] {
     CallbackScope scope(ep);
     fail_done(done, rc);
   });

@@ -16,11 +16,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace zklock::detail {
@@ -35,13 +37,18 @@ struct ListingWant {
   bool watch = false;
 };
 
-// Listings are batched per lock, with at most one in flight, watched or not
-// (lock_attempt_io.cpp).
+// Listings are batched per session and lock, with at most one in flight,
+// watched or not (lock_attempt_io.cpp).
 struct ListingBatch {
+  explicit ListingBatch(std::uint64_t session) : epoch(session) {}
+  const std::uint64_t epoch;  // the session its listings are pinned to
   std::mutex mu;
   std::vector<ListingWant> waiting;  // GUARDED_BY(mu)
   bool inflight = false;             // GUARDED_BY(mu)
 };
+
+// A batch's key: the session (epoch) and the lock path.
+using ListingKey = std::pair<std::uint64_t, std::string>;
 
 struct AttemptTables {
   std::mutex mu;
@@ -50,8 +57,8 @@ struct AttemptTables {
   std::set<std::string> live;  // GUARDED_BY(mu)
   // Per lock path: did the last exclusive acquisition find others (seen_before)?
   std::unordered_map<std::string, bool> seen;  // GUARDED_BY(mu)
-  // Per lock path: the batch with a listing in flight, if any.
-  std::unordered_map<std::string, std::shared_ptr<ListingBatch>> batches;  // GUARDED_BY(mu)
+  // Per session and lock path: the batch with a listing in flight, if any.
+  std::map<ListingKey, std::shared_ptr<ListingBatch>> batches;  // GUARDED_BY(mu)
   // Per owner: an owner that may wait keeps no idle node (lock_attempt.hpp,
   // invariant 6). Empty entries stay (no allocation per acquisition) and
   // are forgotten past 4,096 owners.

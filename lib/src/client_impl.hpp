@@ -122,11 +122,12 @@ struct Client::Impl {
     int (*call_)(void*, zhandle_t*, Handle*);
   };
   // Runs `fn(zh, h)` under the shared handle lock and returns its code, or
-  // ZCLOSING without running it when there is no handle. On a non-ZOK code
-  // nothing will call the completion: the caller fails its request, and
-  // never inline (async_op.hpp: on the timer thread), since an op issuer may
-  // hold its own lock.
-  int issue(IssueFn fn);
+  // without running it: ZCLOSING when there is no handle, ZSESSIONEXPIRED
+  // when `session` names a session (an epoch) that is not the current one.
+  // On a non-ZOK code nothing will call the completion: the caller fails its
+  // request, and never inline (async_op.hpp: on the timer thread), since an
+  // op issuer may hold its own lock.
+  int issue(IssueFn fn, std::uint64_t session = kAnySession);
   const ACL_vector* acl() const { return acl_.get(); }
   // What this client holds now (diagnostics and tests): watch callbacks of
   // the current session not yet fired (one per watching call, as the C
@@ -195,11 +196,22 @@ struct Client::Impl {
   }
 
   // --- asynchronous operations (client_ops.cpp, ensemble_id.cpp); see client.hpp ---
+  // `session`: kAnySession, or the epoch of the one session the request may
+  // go out on. The check and the send are one step under the handle lock
+  // that replace_session() takes exclusively, so a request pinned to a
+  // session that has been replaced is answered ZSESSIONEXPIRED and never
+  // reaches its successor. A caller that checked epoch() first still needs
+  // the pin: the session can be replaced between its check and the send,
+  // and a create sent on the successor makes a node that outlives the
+  // attempt that asked for it (the attempt believes its session over).
+  static constexpr std::uint64_t kAnySession = 0;
   void create(std::string path, std::string data, CreateMode mode,
-              std::function<void(Status, const std::string&, const Stat&)> done);
-  void get_children(std::string path, Watcher watch,
-                    std::function<void(Status, std::vector<std::string>)> done);
-  void exists(std::string path, Watcher watch, std::function<void(Status, const Stat&)> done);
+              std::function<void(Status, const std::string&, const Stat&)> done,
+              std::uint64_t session = kAnySession);
+  void get_children(std::string path, Watcher watch, std::function<void(Status, std::vector<std::string>)> done,
+                    std::uint64_t session = kAnySession);
+  void exists(std::string path, Watcher watch, std::function<void(Status, const Stat&)> done,
+              std::uint64_t session = kAnySession);
   // A data watch armed by get(): which session, which callback (a key only,
   // never dereferenced unless still registered), and a unique id against a
   // reused address. Empty (ctx null) when no watch was armed.
@@ -210,16 +222,18 @@ struct Client::Impl {
     std::string path;
   };
   void get(std::string path, Watcher watch, std::function<void(Status, std::string, const Stat&)> done,
-           WatchRef* armed = nullptr);
+           WatchRef* armed = nullptr, std::uint64_t session = kAnySession);
   // Takes back a data watch of get() that has not fired: the C client forgets
   // the callback at once, locally, with no request (the server's watch, if
   // any, fires later to nobody). A no-op for a watch that fired, or of
   // another session. A waiter that gives up uses it, so the node it waited
   // for does not collect one callback per abandoned wait until it goes.
   void unwatch(const WatchRef& ref);
-  void set_data(std::string path, std::string data, int version, std::function<void(Status, const Stat&)> done);
-  void remove(std::string path, int version, std::function<void(Status)> done);
-  void multi(std::vector<Op> ops, std::function<void(Status, std::vector<OpResult>)> done);
+  void set_data(std::string path, std::string data, int version, std::function<void(Status, const Stat&)> done,
+                std::uint64_t session = kAnySession);
+  void remove(std::string path, int version, std::function<void(Status)> done, std::uint64_t session = kAnySession);
+  void multi(std::vector<Op> ops, std::function<void(Status, std::vector<OpResult>)> done,
+             std::uint64_t session = kAnySession);
   // Always answers from another thread, so `done` may take the caller's locks.
   // Data that is not a UUID fail with Errc::protocol_error.
   void ensemble_id_async(std::function<void(Status, const std::string&)> done);

@@ -68,9 +68,10 @@ AclList::AclList(const ClientOptions& o) {
   }
 }
 
-void Client::Impl::create(std::string path, std::string data, CreateMode mode, CreateDone done) {
+void Client::Impl::create(std::string path, std::string data, CreateMode mode, CreateDone done,
+                          std::uint64_t session) {
   using Ctx = OpCtx<CreateDone>;
-  send_op<Ctx>(this, std::move(done), nullptr, [&](zhandle_t* zh, Ctx* ctx, ArmedWatch) {
+  send_op<Ctx>(this, session, std::move(done), nullptr, [&](zhandle_t* zh, Ctx* ctx, ArmedWatch) {
     return zoo_acreate2(
         zh, path.c_str(), data.data(), static_cast<int>(data.size()), acl(), to_zoo_mode(mode),
         [](int rc, const char* value, const ::Stat* st, const void* d) noexcept {
@@ -80,9 +81,9 @@ void Client::Impl::create(std::string path, std::string data, CreateMode mode, C
   });
 }
 
-void Client::Impl::get_children(std::string path, Watcher watch, ChildrenDone done) {
+void Client::Impl::get_children(std::string path, Watcher watch, ChildrenDone done, std::uint64_t session) {
   using Ctx = OpCtx<ChildrenDone>;
-  send_op<Ctx>(this, std::move(done), std::move(watch), [&](zhandle_t* zh, Ctx* ctx, ArmedWatch w) {
+  send_op<Ctx>(this, session, std::move(done), std::move(watch), [&](zhandle_t* zh, Ctx* ctx, ArmedWatch w) {
     return zoo_awget_children(
         zh, path.c_str(), w.fn, w.ctx,
         [](int rc, const String_vector* sv, const void* d) noexcept {
@@ -92,9 +93,9 @@ void Client::Impl::get_children(std::string path, Watcher watch, ChildrenDone do
   });
 }
 
-void Client::Impl::exists(std::string path, Watcher watch, StatDone done) {
+void Client::Impl::exists(std::string path, Watcher watch, StatDone done, std::uint64_t session) {
   using Ctx = OpCtx<StatDone>;
-  send_op<Ctx>(this, std::move(done), std::move(watch), [&](zhandle_t* zh, Ctx* ctx, ArmedWatch w) {
+  send_op<Ctx>(this, session, std::move(done), std::move(watch), [&](zhandle_t* zh, Ctx* ctx, ArmedWatch w) {
     return zoo_awexists(
         zh, path.c_str(), w.fn, w.ctx,
         [](int rc, const ::Stat* st, const void* d) noexcept {
@@ -105,11 +106,11 @@ void Client::Impl::exists(std::string path, Watcher watch, StatDone done) {
   });
 }
 
-void Client::Impl::get(std::string path, Watcher watch, GetDone done, WatchRef* armed) {
+void Client::Impl::get(std::string path, Watcher watch, GetDone done, WatchRef* armed, std::uint64_t session) {
   using Ctx = OpCtx<GetDone>;
-  send_op<Ctx>(this, std::move(done), std::move(watch), [&](zhandle_t* zh, Ctx* ctx, ArmedWatch w) {
+  send_op<Ctx>(this, session, std::move(done), std::move(watch), [&](zhandle_t* zh, Ctx* ctx, ArmedWatch w) {
     if (armed != nullptr && w.ctx != nullptr) {  // read before the request goes: then it may fire
-      *armed = WatchRef{epoch(), w.ctx, static_cast<WatchCtx*>(w.ctx)->id, path};
+      *armed = WatchRef{ctx->h->epoch, w.ctx, static_cast<WatchCtx*>(w.ctx)->id, path};
     }
     return zoo_awget(
         zh, path.c_str(), w.fn, w.ctx,
@@ -138,29 +139,30 @@ void Client::Impl::unwatch(const WatchRef& ref) {
   if (!take_back_locked(h, w, ref.path)) w->abandoned_path = ref.path;
 }
 
-void Client::Impl::set_data(std::string path, std::string data, int version, StatDone done) {
+void Client::Impl::set_data(std::string path, std::string data, int version, StatDone done,
+                            std::uint64_t session) {
   using Ctx = OpCtx<StatDone>;
-  send_op<Ctx>(this, std::move(done), nullptr, [&](zhandle_t* zh, Ctx* ctx, ArmedWatch) {
+  send_op<Ctx>(this, session, std::move(done), nullptr, [&](zhandle_t* zh, Ctx* ctx, ArmedWatch) {
     return zoo_aset(
         zh, path.c_str(), data.data(), static_cast<int>(data.size()), version,
         [](int rc, const ::Stat* st, const void* d) noexcept { complete_write<Ctx>(d, rc, to_stat(st)); }, ctx);
   });
 }
 
-void Client::Impl::remove(std::string path, int version, VoidDone done) {
+void Client::Impl::remove(std::string path, int version, VoidDone done, std::uint64_t session) {
   using Ctx = OpCtx<VoidDone>;
-  send_op<Ctx>(this, std::move(done), nullptr, [&](zhandle_t* zh, Ctx* ctx, ArmedWatch) {
+  send_op<Ctx>(this, session, std::move(done), nullptr, [&](zhandle_t* zh, Ctx* ctx, ArmedWatch) {
     return zoo_adelete(
         zh, path.c_str(), version, [](int rc, const void* d) noexcept { complete_write<Ctx>(d, rc); }, ctx);
   });
 }
 
-void Client::Impl::multi(std::vector<Op> ops, MultiDone done) {
+void Client::Impl::multi(std::vector<Op> ops, MultiDone done, std::uint64_t session) {
   auto request = std::make_unique<MultiRequest>(std::move(ops), acl());
   // Taken now: once tracked, the request belongs to the completion.
   const auto call = request->call();
   send_op<MultiCtx>(
-      this, std::move(done), nullptr,
+      this, session, std::move(done), nullptr,
       [&](zhandle_t* zh, MultiCtx* ctx, ArmedWatch) {
         return issue_multi(
             zh, call,

@@ -20,8 +20,10 @@
 //
 // Invariants:
 //  (1) `done_` runs exactly once: with a Lease when granted, or an error.
-//  (2) Requests go out only on the session the attempt started on (`epoch_`);
-//      on any other the machine is told the session is over.
+//  (2) Requests go out only on the session the attempt started on (`epoch_`):
+//      each is pinned to it (Client::Impl::issue), so one racing the
+//      session's replacement is refused, not sent on the successor; the
+//      machine is then told the session is over.
 //  (3) While the machine is not finished() after its outcome (a node of ours
 //      may remain), the client's timer thread keeps the attempt alive.
 //  (4) Retained leases: one attempt serves every grant of its node (the
@@ -49,6 +51,7 @@
 //      error and the grant is released like an abandoned re-take's.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -68,6 +71,16 @@
 namespace zklock::detail {
 
 class LockAttempt;
+
+// Test-only: when set, send_locked calls it between its own session check
+// and the request, under the attempt's lock, with the attempt's session.
+// A test replaces the session there (tests/loss/session_pin_test.cpp); the
+// request's pin must then refuse it. Null in production: one load per request.
+struct SendHookForTest {
+  virtual ~SendHookForTest() = default;
+  virtual void before_send(std::uint64_t epoch) = 0;
+};
+inline std::atomic<SendHookForTest*> g_send_hook_for_test{nullptr};
 
 // Where a mutex keeps its idle retained attempt (at most one). Dropping the
 // slot (the last copy of the mutex) ends the retention: the node is deleted

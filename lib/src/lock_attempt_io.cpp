@@ -46,7 +46,7 @@ MachineEvent answer(Kind kind, std::uint64_t tag, const Status& st) {
   return ev;
 }
 
-// Listings are batched per (client, lock path), with at most one in flight:
+// Listings are batched per (client, session, lock path), with at most one in flight:
 // a listing needed while one is in flight waits for its answer, and then one
 // get_children serves every attempt that enrolled meanwhile (one session's
 // requests execute in order, so it lists all their nodes, each issued after
@@ -64,11 +64,14 @@ MachineEvent answer(Kind kind, std::uint64_t tag, const Status& st) {
 // parsed and held by its own machine — O(N^2) bytes from the server and in
 // memory (10,000 such waiters on one session grew a process past
 // 12 GB in the plain build, and CI's ASan stage to its OOM kill at 24 GB).
-std::shared_ptr<ListingBatch> batch_for(Client::Impl* impl, const std::string& path) {
+// A batch serves the attempts of one session only, and its listing is pinned
+// to that session: an attempt's answers all come from the session its node
+// belongs to (lock_attempt.hpp, invariant 2).
+std::shared_ptr<ListingBatch> batch_for(Client::Impl* impl, const std::string& path, std::uint64_t epoch) {
   auto& t = *impl->attempt_tables;
   std::lock_guard lk(t.mu);
-  auto& b = t.batches[path];
-  if (!b) b = std::make_shared<ListingBatch>();
+  auto& b = t.batches[ListingKey{epoch, path}];
+  if (!b) b = std::make_shared<ListingBatch>(epoch);
   return b;
 }
 
@@ -96,8 +99,9 @@ void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std:
                    std::vector<ListingWant> served) {
   batch->inflight = true;
   Watcher watch = shared_children_watch(served);
-  impl->get_children(path, std::move(watch), [impl, path, batch, served = std::move(served)](
-                                                 Status st, std::vector<std::string> children) {
+  impl->get_children(
+      path, std::move(watch),
+      [impl, path, batch, served = std::move(served)](Status st, std::vector<std::string> children) {
     {
       std::lock_guard lk(batch->mu);
       batch->inflight = false;
@@ -106,7 +110,7 @@ void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std:
       } else {
         auto& t = *impl->attempt_tables;
         std::lock_guard lk2(t.mu);
-        auto it = t.batches.find(path);
+        auto it = t.batches.find(ListingKey{batch->epoch, path});
         if (it != t.batches.end() && it->second == batch) t.batches.erase(it);
       }
     }
@@ -120,7 +124,8 @@ void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std:
       ev.listing = listing;
       a->feed(ev);
     }
-  });
+      },
+      batch->epoch);
 }
 
 // A data read with a watch; a deletion is fed as `fired` with the request's
@@ -135,9 +140,9 @@ void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std:
 // sets no watch then, and answers no_node all the same.
 // Returns the watch armed (a blocker's is taken back if the attempt ends
 // first: LockAttempt::blocker_watch_).
-Client::Impl::WatchRef watch_deletion(Client::Impl* impl, std::weak_ptr<LockAttempt> weak, std::uint64_t tag,
-                                      Kind answered, Kind fired, std::string path) {
-  auto on_event = [impl, weak, tag, answered, fired, path](const WatchEvent& e) {
+Client::Impl::WatchRef watch_deletion(Client::Impl* impl, std::uint64_t epoch, std::weak_ptr<LockAttempt> weak,
+                                      std::uint64_t tag, Kind answered, Kind fired, std::string path) {
+  auto on_event = [impl, epoch, weak, tag, answered, fired, path](const WatchEvent& e) {
     auto s = weak.lock();
     if (!s) return;
     if (e.type != WatchEvent::Type::deleted && answered == Kind::own_checked) {
@@ -147,7 +152,7 @@ Client::Impl::WatchRef watch_deletion(Client::Impl* impl, std::weak_ptr<LockAtte
       return;
     }
     if (e.type != WatchEvent::Type::deleted) {
-      s->note_blocker_watch(tag, watch_deletion(impl, weak, tag, answered, fired, path));
+      s->note_blocker_watch(tag, watch_deletion(impl, epoch, weak, tag, answered, fired, path));
       return;
     }
     MachineEvent ev{fired};
@@ -160,7 +165,7 @@ Client::Impl::WatchRef watch_deletion(Client::Impl* impl, std::weak_ptr<LockAtte
       [weak, tag, answered](Status st, std::string, const Stat&) {
         if (auto s = weak.lock()) s->feed(answer(answered, tag, st));
       },
-      &armed);
+      &armed, epoch);
   return armed;
 }
 
@@ -172,7 +177,10 @@ void LockAttempt::send_locked(const MachineRequest& c) {
   auto feed_to = [weak](MachineEvent ev) {
     if (auto s = weak.lock()) s->feed(ev);
   };
-  if (impl_->epoch() != epoch_) {  // invariant (2): never on another session
+  // Invariant (2): never on another session. This check only saves a
+  // request; the pin (`epoch_`, the last argument of every request below)
+  // is what holds while the session is replaced between here and the send.
+  if (impl_->epoch() != epoch_) {
     impl_->defer([feed_to, tag] {
       MachineEvent ev{Kind::removed};  // any answer saying "session over" ends the attempt
       ev.tag = tag;
@@ -181,6 +189,7 @@ void LockAttempt::send_locked(const MachineRequest& c) {
     });
     return;
   }
+  if (auto* hook = g_send_hook_for_test.load(std::memory_order_acquire)) hook->before_send(epoch_);
   switch (c.kind) {
     case Req::create:
       impl_->create(child_path(protocol::lock_node_prefix(req_.mode, protocol::owner_key(owner_), c.name)), data_,
@@ -192,7 +201,8 @@ void LockAttempt::send_locked(const MachineRequest& c) {
                         ev.czxid = stat.czxid;
                       }
                       feed_to(ev);
-                    });
+                    },
+                    epoch_);
       break;
     case Req::make_parents: {
       // Containers, top-down and pipelined; "already exists" is fine.
@@ -204,10 +214,13 @@ void LockAttempt::send_locked(const MachineRequest& c) {
       auto remaining = std::make_shared<std::size_t>(prefixes.size());
       auto worst = std::make_shared<Status>();
       for (const auto& p : prefixes) {
-        impl_->create(p, "", CreateMode::container, [feed_to, tag, remaining, worst](Status st, const std::string&, const Stat&) {
-          if (!st.ok() && !st.is(Errc::node_exists)) *worst = st;
-          if (--*remaining == 0) feed_to(answer(Kind::parents_made, tag, *worst));
-        });
+        impl_->create(
+            p, "", CreateMode::container,
+            [feed_to, tag, remaining, worst](Status st, const std::string&, const Stat&) {
+              if (!st.ok() && !st.is(Errc::node_exists)) *worst = st;
+              if (--*remaining == 0) feed_to(answer(Kind::parents_made, tag, *worst));
+            },
+            epoch_);
       }
       break;
     }
@@ -219,14 +232,17 @@ void LockAttempt::send_locked(const MachineRequest& c) {
       auto stats = std::make_shared<std::vector<NodeStat>>(c.names.size());
       auto remaining = std::make_shared<std::size_t>(c.names.size());
       for (std::size_t i = 0; i < c.names.size(); ++i) {
-        impl_->exists(child_path(c.names[i]), nullptr, [feed_to, tag, stats, remaining, i](Status st, const Stat& s) {
-          (*stats)[i] = NodeStat{rc_of(st), st.ok() ? s.czxid : 0};
-          if (--*remaining > 0) return;
-          MachineEvent ev{Kind::stats_read};
-          ev.tag = tag;
-          ev.stats = std::move(*stats);
-          feed_to(ev);
-        });
+        impl_->exists(
+            child_path(c.names[i]), nullptr,
+            [feed_to, tag, stats, remaining, i](Status st, const Stat& s) {
+              (*stats)[i] = NodeStat{rc_of(st), st.ok() ? s.czxid : 0};
+              if (--*remaining > 0) return;
+              MachineEvent ev{Kind::stats_read};
+              ev.tag = tag;
+              ev.stats = std::move(*stats);
+              feed_to(ev);
+            },
+            epoch_);
       }
       break;
     }
@@ -235,11 +251,11 @@ void LockAttempt::send_locked(const MachineRequest& c) {
       // it has not fired, is taken back.
       impl_->unwatch(blocker_watch_);
       blocker_watch_ =
-          watch_deletion(impl_, weak, tag, Kind::blocker_checked, Kind::blocker_deleted, child_path(c.name));
+          watch_deletion(impl_, epoch_, weak, tag, Kind::blocker_checked, Kind::blocker_deleted, child_path(c.name));
       blocker_tag_ = tag;
       break;
     case Req::watch_own:
-      watch_deletion(impl_, weak, tag, Kind::own_checked, Kind::own_deleted, child_path(c.name));
+      watch_deletion(impl_, epoch_, weak, tag, Kind::own_checked, Kind::own_deleted, child_path(c.name));
       break;
     case Req::read_marker:
     case Req::read_record: {
@@ -249,7 +265,8 @@ void LockAttempt::send_locked(const MachineRequest& c) {
                    MachineEvent ev = answer(marker ? Kind::marker_read : Kind::record_read, tag, st);
                    ev.data = std::move(data);
                    feed_to(ev);
-                 });
+                 },
+                 nullptr, epoch_);
       break;
     }
     case Req::remove:
@@ -257,9 +274,11 @@ void LockAttempt::send_locked(const MachineRequest& c) {
       if (c.with_marker) {
         // Invariant (3) of the machine: the marker in the same transaction.
         impl_->multi({Op::remove(child_path(c.name)), Op::set_data(req_.lock_path, c.name)},
-                     [feed_to, tag](Status st, std::vector<OpResult>) { feed_to(answer(Kind::removed, tag, st)); });
+                     [feed_to, tag](Status st, std::vector<OpResult>) { feed_to(answer(Kind::removed, tag, st)); },
+                     epoch_);
       } else {
-        impl_->remove(child_path(c.name), -1, [feed_to, tag](Status st) { feed_to(answer(Kind::removed, tag, st)); });
+        impl_->remove(
+            child_path(c.name), -1, [feed_to, tag](Status st) { feed_to(answer(Kind::removed, tag, st)); }, epoch_);
       }
       break;
     default:
@@ -280,7 +299,7 @@ void LockAttempt::note_blocker_watch(std::uint64_t tag, Client::Impl::WatchRef r
 // A listing issued after every request this attempt has sent so far; with
 // the children watch when `watch`.
 void LockAttempt::list_locked(std::uint64_t tag, bool watch) {
-  auto batch = batch_for(impl_, req_.lock_path);
+  auto batch = batch_for(impl_, req_.lock_path, epoch_);
   std::lock_guard lk(batch->mu);
   if (!batch->inflight) {
     issue_listing(impl_, batch, req_.lock_path, {ListingWant{weak_from_this(), tag, watch}});

@@ -104,7 +104,8 @@ void Client::Impl::heartbeat(std::uint64_t epoch, std::uint64_t gen) {
     }
     if (!refused) {
       heartbeat_writes_.fetch_add(1);
-      set_data(kHeartbeatPath, std::string(), kImpossibleVersion, [](Status, const Stat&) {});
+      // Pinned: a heartbeat of this chain proves nothing for a successor session.
+      set_data(kHeartbeatPath, std::string(), kImpossibleVersion, [](Status, const Stat&) {}, epoch);
     }
   }
   schedule_at(now + period, [this, epoch, gen] { heartbeat(epoch, gen); });
