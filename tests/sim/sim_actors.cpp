@@ -33,6 +33,10 @@ void World::on_outcome(int id, const MachineOutcome& c) {
       rec.held_path = locks_[static_cast<std::size_t>(rec.lock)] + "/" + rec.m->node_name();
       rec.token = c.token;
       ++counters_.grants;
+      if (a.asked_on_dead_session != 0 && rec.session != a.asked_on_dead_session) {
+        ++counters_.regrants_after_dead_session;
+        a.asked_on_dead_session = 0;
+      }
       holders_[static_cast<std::size_t>(rec.lock)].push_back(id);
       check_grant(id);
       if (a.state == Actor::releasing) {
@@ -109,6 +113,10 @@ void World::actor_start(int ai) {
     return;
   }
   const int lock = static_cast<int>(rng_.below(locks_.size()));
+  const auto& slot = slots_[static_cast<std::size_t>(a.slot)];
+  if (a.retained >= 0 && (slot.state == Slot::server_expired || slot.state == Slot::replacing)) {
+    a.asked_on_dead_session = slot.sid;  // its node died (or dies) with that session
+  }
   if (a.retained >= 0) {
     const int m = std::exchange(a.retained, -1);
     auto& rec = machines_[static_cast<std::size_t>(m)];

@@ -219,14 +219,16 @@ void World::execute(int id, const MachineRequest& c) {
 
 // A request goes out on the machine's session: sent when connected; held
 // (sent on reconnect) or answered connection_loss when not; answered
-// session_expired when that session is known to be over.
+// session_expired when that session is known to be over — replaced, or
+// about to be (Slot::replacing): the pin of Client::Impl::issue.
 void World::submit(int id, Request req, Route route) {
   const auto& rec = machines_[static_cast<std::size_t>(id)];
   auto& slot = slots_[static_cast<std::size_t>(actors_[static_cast<std::size_t>(rec.actor)].slot)];
   req.cookie = ++next_cookie_;
   req.session = rec.session;
   routes_[req.cookie] = route;
-  if (rec.session != slot.sid) {
+  if (rec.session != slot.sid || slot.state == Slot::replacing) {
+    if (slot.state == Slot::replacing) ++counters_.pinned_refusals;
     local_.emplace_back(req.cookie, Zrc::session_expired);
   } else if (slot.state == Slot::connected) {
     zk_.send(std::move(req));

@@ -105,7 +105,7 @@ void World::setup() {
 }
 
 namespace {
-enum class Act { deliver, serve, commit, actor, disconnect, reconnect, validity, expire, learn, revoke, reap, retain };
+enum class Act { deliver, serve, commit, actor, disconnect, reconnect, validity, expire, learn, replace, revoke, reap, retain };
 struct Choice {
   Act act;
   int arg;
@@ -127,6 +127,7 @@ bool World::step_once() {
     const auto& s = slots_[i];
     if (zk_.can_deliver(s.sid)) add(Act::deliver, i, 40);
     if (zk_.can_serve(s.sid)) add(Act::serve, i, 30);
+    if (s.state == Slot::replacing) add(Act::replace, i, 20);
     if (tail_) continue;
     if (s.state == Slot::connected) add(Act::disconnect, i, w_fault_);
     if (s.state == Slot::disconnected) {
@@ -144,7 +145,13 @@ bool World::step_once() {
     const bool due = now_ >= ac.wake &&
                      ((ac.state == Actor::idle && !ac.follower && !tail_) ||
                       (ac.state == Actor::acquiring && ac.cancel_armed) || ac.state == Actor::holding);
+    // A retainer whose session is over and not yet replaced asks again at
+    // once now and then: a frozen process's queued request runs as it wakes
+    // (the story of tests/loss/frozen_retainer_test.cpp).
+    const auto ss = slots_[static_cast<std::size_t>(ac.slot)].state;
+    const bool dead = ss == Slot::server_expired || ss == Slot::replacing;
     if (due) add(Act::actor, a, 20);
+    else if (dead && ac.retained >= 0 && ac.state == Actor::idle && !tail_) add(Act::actor, a, 20);
     if (ac.retained >= 0 && now_ >= ac.retain_until && ac.state == Actor::idle) add(Act::retain, a, 20);
   }
   if (!tail_) {
@@ -175,6 +182,7 @@ bool World::step_once() {
       ++counters_.expiries;
       break;
     case Act::learn: learn_expiry(c.arg); break;
+    case Act::replace: replace_session(c.arg); break;
     case Act::revoke: revoke(); break;
     case Act::reap: reap(); break;
     case Act::retain: retain_deadline(c.arg); break;
@@ -228,14 +236,21 @@ void World::reconnect(int i) {
 }
 
 // The client finds its session expired: held requests answer
-// session_expired, the machines hear `expired`, and a new session starts.
+// session_expired and the machines hear `expired`; the next session starts
+// in a later step (replace_session), as the shell's timer thread opens it.
 void World::learn_expiry(int i) {
   auto& s = slots_[static_cast<std::size_t>(i)];
   if (cfg_.trace || cfg_.print_trace) note("EXPIRED (client) session " + std::to_string(s.sid));
+  s.state = Slot::replacing;
   for (auto& r : std::exchange(s.held, {})) local_.emplace_back(r.cookie, Zrc::session_expired);
   drain_local();
   session_event(i, Kind::expired);
+}
+
+void World::replace_session(int i) {
+  auto& s = slots_[static_cast<std::size_t>(i)];
   s.sid = zk_.open_session();
+  if (cfg_.trace || cfg_.print_trace) note("NEW SESSION " + std::to_string(s.sid));
   s.state = Slot::connected;
   s.machines.clear();
 }
@@ -288,6 +303,7 @@ void World::begin_tail() {
   for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
     if (slots_[static_cast<std::size_t>(i)].state == Slot::disconnected) reconnect(i);
     if (slots_[static_cast<std::size_t>(i)].state == Slot::server_expired) learn_expiry(i);
+    if (slots_[static_cast<std::size_t>(i)].state == Slot::replacing) replace_session(i);
   }
   for (auto& a : actors_) a.cancel_armed = false;
 }

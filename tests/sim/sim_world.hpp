@@ -52,6 +52,9 @@ struct SimCounters {
   std::uint64_t quiet_heads = 0;   // steps with a holding head node on a quiet session (check_heads judged)
   std::uint64_t quiet_losses = 0;  // releases of a deleted node with the session quiet (check_told judged)
   std::uint64_t retains = 0, retakes = 0, retakes_void = 0;  // releases kept idle; re-takes granted / voided
+  std::uint64_t pinned_refusals = 0;  // requests of a session already over, refused before they were sent
+  // A retainer asked while its session was over, then was granted on a new one.
+  std::uint64_t regrants_after_dead_session = 0;
   std::uint64_t stale_retakes = 0;   // re-takes granted on a node already deleted (the news on its way)
   std::uint64_t waiter_notices = 0;  // children notifications delivered while a waiter was queued ((7) judged)
   std::uint64_t max_child_watches = 0;  // SimZk::Stats::max_child_watches
@@ -107,7 +110,13 @@ struct Agg {
 };
 
 struct Slot {  // one client process: one session at a time
-  enum State { connected, disconnected, server_expired } state = connected;
+  // replacing: the client learned that its session expired (its machines
+  // heard `expired`) and has not opened the next one yet. The shell's
+  // epoch() is still the old session's then, so an acquisition started
+  // meanwhile belongs to it, and each of its requests is refused as the
+  // pin does (Client::Impl::issue): answered session_expired, never sent
+  // on the successor.
+  enum State { connected, disconnected, server_expired, replacing } state = connected;
   std::uint64_t sid = 0;  // the session; the machines' epoch
   std::uint64_t since = 0;
   bool validity_sent = false;
@@ -133,6 +142,10 @@ struct Actor {
   bool retains = false;
   int retained = -1;
   std::uint64_t retain_until = 0;
+  // A retainer that asked again while its session was over (the server's
+  // expiry not yet learned, or the client between sessions): the session
+  // it asked on, until the actor is granted on a later one.
+  std::uint64_t asked_on_dead_session = 0;
 };
 
 class World {
@@ -148,6 +161,7 @@ class World {
   void disconnect(int slot);
   void reconnect(int slot);
   void learn_expiry(int slot);
+  void replace_session(int slot);
   void revoke();
   void reap();
   void session_event(int slot, detail::MachineEvent::Kind kind);
