@@ -2,6 +2,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   // stdout is the event channel: the library's log goes to stderr.
   spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));
   spdlog::set_level(spdlog::level::warn);
+  if (const char* lvl = std::getenv("ZKLOCK_WORKER_LOG")) spdlog::set_level(spdlog::level::from_str(lvl));
   if (mode == "rounds") return run_rounds(argc - 1, argv + 1);
   if (mode == "story") return run_story(argc - 1, argv + 1);
   if (mode == "nemesis") return run_nemesis(argc - 1, argv + 1);

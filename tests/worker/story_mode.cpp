@@ -44,6 +44,9 @@
 //    valid(): a client that believes it still holds the lock), release;
 //    repeat until SIGTERM (the chaos run).
 //
+// ZKLOCK_WORKER_LOG=debug (any spdlog level) sets the library's log level on
+// stderr (warn by default): how a story that failed is read afterwards.
+//
 // Writes go through the real fenced-store binary (FENCED_STORE_BIN), spawned
 // per write with --db; its exit code and its one stderr line are reported
 // (story_client.cpp).
