@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "model/wait_for_graph.hpp"
 #include "zklock/protocol/revocation.hpp"
 
 namespace zklock::cli {
@@ -46,21 +47,9 @@ void run_revocations(const GlobalOptions& g, const RevocationsOptions& o) {
   if (g.json) {
     nlohmann::json j{{"revocations", nlohmann::json::array()}};
     for (const auto& e : entries) {
-      const auto& r = e.record;
-      nlohmann::json cycle = nlohmann::json::array();
-      for (const auto& c : r.cycle) cycle.push_back({{"owner", c.owner}, {"lock", c.lock}, {"node", c.node}});
-      j["revocations"].push_back({{"record", e.path},
-                                  {"valid", e.valid},
-                                  {"victim_node", r.victim_node},
-                                  {"victim_owner", r.victim_owner},
-                                  {"victim_token", r.victim_token},
-                                  {"cycle", std::move(cycle)},
-                                  {"protocol::cycle_text", protocol::cycle_text(r)},
-                                  {"policy", r.policy},
-                                  {"mode", r.mode},
-                                  {"by", r.detector},
-                                  {"time_ms", r.time_ms},
-                                  {"reason", r.reason}});
+      auto rj = model::revocation_json(e.path, e.record);
+      rj["valid"] = e.valid;  // the CLI reads every record; the detector shows only valid ones
+      j["revocations"].push_back(std::move(rj));
     }
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/wait_for_graph.hpp"
 #include "model/wait_for_graph_draw.hpp"
 #include "zklock/error.hpp"
 
@@ -139,22 +140,7 @@ std::string status_json(const StatusData& d) {
   }
   j["owners"] = owners;
   for (const auto& c : d.cycles) j["cycles"].push_back(model::cycle_json(c));
-  for (const auto& rv : d.revocations) {
-    const auto& r = rv.r;
-    nlohmann::json cycle = nlohmann::json::array();
-    for (const auto& c : r.cycle) cycle.push_back({{"owner", c.owner}, {"lock", c.lock}, {"node", c.node}});
-    j["revocations"].push_back({{"record", rv.record},
-                                {"victim_node", r.victim_node},
-                                {"victim_owner", r.victim_owner},
-                                {"victim_token", r.victim_token},
-                                {"cycle", std::move(cycle)},
-                                {"protocol::cycle_text", protocol::cycle_text(r)},
-                                {"policy", r.policy},
-                                {"mode", r.mode},
-                                {"by", r.detector},
-                                {"time_ms", r.time_ms},
-                                {"reason", r.reason}});
-  }
+  for (const auto& rv : d.revocations) j["revocations"].push_back(model::revocation_json(rv.record, rv.r));
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 

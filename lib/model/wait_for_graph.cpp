@@ -187,4 +187,20 @@ nlohmann::json cycle_json(const Cycle& c) {
   return j;
 }
 
+nlohmann::json revocation_json(const std::string& path, const protocol::RevocationRecord& r) {
+  nlohmann::json cycle = nlohmann::json::array();
+  for (const auto& c : r.cycle) cycle.push_back({{"owner", c.owner}, {"lock", c.lock}, {"node", c.node}});
+  return {{"record", path},
+          {"victim_node", r.victim_node},
+          {"victim_owner", r.victim_owner},
+          {"victim_token", r.victim_token},
+          {"cycle", std::move(cycle)},
+          {"cycle_text", protocol::cycle_text(r)},
+          {"policy", r.policy},
+          {"mode", r.mode},
+          {"by", r.detector},
+          {"time_ms", r.time_ms},
+          {"reason", r.reason}};
+}
+
 }  // namespace zklock::model

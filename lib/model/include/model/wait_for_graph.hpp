@@ -29,6 +29,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "zklock/protocol/revocation.hpp"
+
 namespace zklock::model {
 
 enum class EdgeKind { hard, soft };
@@ -97,5 +99,10 @@ class WaitForGraph {
 //   cycle: {"text": cycle_text(), "owners": [...], "waits": [wait, ...]}
 nlohmann::json wait_json(const Wait& wait);
 nlohmann::json cycle_json(const Cycle& cycle);
+// The one JSON rendering of a revocation record (`zklock revocations --json`
+// and the detector's /api/state; docs/cli.md), `path` being the record's node:
+//   {"record","victim_node","victim_owner","victim_token","cycle":[{"owner","lock","node"}],
+//    "cycle_text","policy","mode","by","time_ms","reason"}
+nlohmann::json revocation_json(const std::string& path, const protocol::RevocationRecord& record);
 
 }  // namespace zklock::model
