@@ -22,7 +22,11 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <utility>
 #include <vector>
+
+#include "zk_wire.hpp"
 
 namespace zklock::test {
 
@@ -34,9 +38,11 @@ namespace zklock::test {
 // It can also hold a connection's requests from such a request on, and let
 // them go later: how a request is kept unanswered past a client's deadline.
 //
-// Client-to-server bytes are forwarded whole ZooKeeper frames at a time (a
-// 4-byte big-endian length, then that many bytes); a frame split across
-// reads waits for its rest. Server-to-client bytes pass as they come.
+// Both ways, bytes are forwarded whole ZooKeeper frames at a time (a 4-byte
+// big-endian length, then that many bytes; zk_wire.hpp); a frame split
+// across reads waits for its rest. The proxy reads what it needs of the
+// protocol: request paths (cut or hold one request), notifications (drop
+// one), and getChildren and getData answers (a ghost node).
 class FaultProxy {
  public:
   // How client-to-server bytes are forwarded: in ZooKeeper client frames
@@ -150,6 +156,34 @@ class FaultProxy {
     if (on) return set(hold_replies_, true);
     ask_loop(flush_requested_, flushes_done_, "reply release");
   }
+  // Arms a one-shot rule: the next notification of `type` (wire::kDeleted,
+  // wire::kChildrenChanged, ...) for `path`, on any connection, is
+  // swallowed; the client's watch never fires. Re-arming replaces it.
+  void drop_notification(std::int32_t type, std::string path) {
+    std::lock_guard lk(mu_);
+    drop_type_ = type;
+    drop_path_ = std::move(path);
+    drop_armed_ = true;
+  }
+  // A ghost node, as a server that diverged from the quorum shows one:
+  // until clear_ghost(), every successful getChildren answer for `parent`
+  // lists `child` too, and getData of parent/child answers with empty data
+  // instead of "no node" (so the client believes its watch set). Writes
+  // pass untouched: the leader knows the node is gone.
+  void ghost(std::string parent, std::string child) {
+    std::lock_guard lk(mu_);
+    ghost_path_ = std::move(parent);
+    ghost_child_ = std::move(child);
+    ghost_armed_ = true;
+  }
+  void clear_ghost() { set(ghost_armed_, false); }
+  struct WireCounts {
+    std::uint64_t notifications_passed = 0, notifications_dropped = 0, listings_rewritten = 0, reads_rewritten = 0;
+  };
+  WireCounts wire_counts() const {
+    std::lock_guard lk(mu_);
+    return wire_;
+  }
 
  private:
   struct Pair {
@@ -160,6 +194,10 @@ class FaultProxy {
     bool held = false;       // hold_on_request matched: pending waits for release_held
     bool gray = false;       // gray_cut: one side reset, the other's bytes swallowed
     std::string held_replies;  // hold_replies: server bytes not forwarded yet
+    std::string reply_pending;       // server bytes not forwarded yet: an incomplete frame
+    bool reply_handshaken = false;   // the first reply frame (ConnectResponse) was forwarded
+    bool reply_in_sync = true;       // false once server frames could not be read
+    std::unordered_map<std::int32_t, std::pair<std::int32_t, std::string>> asked;  // xid -> (type, path)
   };
   void set(bool& flag, bool on) {
     std::lock_guard lk(mu_);
@@ -192,6 +230,8 @@ class FaultProxy {
     if (p.server >= 0) ::close(p.server);
     p.client = p.server = -1;
     p.pending.clear();
+    p.reply_pending.clear();
+    p.asked.clear();
   }
   // Closes `fd` with an RST (linger 0), not a FIN.
   static void reset_fd(int& fd) {
@@ -264,6 +304,10 @@ class FaultProxy {
         close_pair(p);
         return;
       }
+      if (p.handshaken) {  // remembered for its answer (forward_replies)
+        const auto op = static_cast<std::int32_t>(be32(frame.data() + 8));
+        if (auto h = wire::request_head(frame, path_first(op)); h && h->path) p.asked[h->xid] = {h->type, *h->path};
+      }
       p.handshaken = true;
       if (!write_all(p.server, frame.data(), static_cast<ssize_t>(frame.size()))) {
         close_pair(p);
@@ -275,6 +319,64 @@ class FaultProxy {
       if (!write_all(p.server, p.pending.data(), static_cast<ssize_t>(p.pending.size()))) close_pair(p);
       p.pending.clear();
     }
+  }
+  // REQUIRES the proxy thread. Forwards every complete frame of
+  // p.reply_pending to the client, applying the armed reply rules.
+  void forward_replies(Pair& p) {
+    std::size_t at = 0;
+    std::string out;
+    while (p.reply_pending.size() - at >= 4) {
+      const std::size_t n = 4 + static_cast<std::size_t>(be32(p.reply_pending.data() + at));
+      if (n > (std::size_t{64} << 20)) {
+        p.reply_in_sync = false;
+        break;
+      }
+      if (p.reply_pending.size() - at < n) break;
+      std::string frame = p.reply_pending.substr(at, n);
+      at += n;
+      if (p.reply_handshaken && !keep_reply(p, frame)) continue;
+      p.reply_handshaken = true;
+      out += frame;
+    }
+    p.reply_pending.erase(0, at);
+    if (!p.reply_in_sync) {
+      out += p.reply_pending;
+      p.reply_pending.clear();
+    }
+    if (!out.empty() && !write_all(p.client, out.data(), static_cast<ssize_t>(out.size()))) close_pair(p);
+  }
+  // REQUIRES the proxy thread. False to swallow `frame`; it may rewrite it.
+  bool keep_reply(Pair& p, std::string& frame) {
+    if (auto note = wire::notification(frame)) {
+      std::lock_guard lk(mu_);
+      if (drop_armed_ && note->type == drop_type_ && note->path == drop_path_) {
+        drop_armed_ = false;
+        ++wire_.notifications_dropped;
+        return false;
+      }
+      ++wire_.notifications_passed;
+      return true;
+    }
+    const auto h = wire::reply_head(frame);
+    if (!h) return true;
+    const auto it = p.asked.find(h->xid);
+    if (it == p.asked.end()) return true;
+    const auto [type, path] = std::move(it->second);
+    p.asked.erase(it);
+    std::lock_guard lk(mu_);
+    if (!ghost_armed_) return true;
+    if ((type == wire::kGetChildren || type == wire::kGetChildren2) && path == ghost_path_) {
+      if (auto rewritten = wire::with_extra_child(frame, ghost_child_)) {
+        frame = std::move(*rewritten);
+        ++wire_.listings_rewritten;
+      }
+    } else if (type == wire::kGetData && path == ghost_path_ + "/" + ghost_child_) {
+      if (auto rewritten = wire::as_empty_node(frame)) {
+        frame = std::move(*rewritten);
+        ++wire_.reads_rewritten;
+      }
+    }
+    return true;
   }
   static bool write_all(int fd, const char* buf, ssize_t n) {
     while (n > 0) {
@@ -334,9 +436,14 @@ class FaultProxy {
         }
         if (flush_requested_) {
           for (auto& p : pairs_) {
-            if (p.client >= 0 && !p.held_replies.empty() &&
-                !write_all(p.client, p.held_replies.data(), static_cast<ssize_t>(p.held_replies.size())))
-              close_pair(p);
+            if (p.client >= 0 && !p.held_replies.empty()) {
+              if (!raw_ && p.reply_in_sync) {
+                p.reply_pending += p.held_replies;
+                forward_replies(p);
+              } else if (!write_all(p.client, p.held_replies.data(), static_cast<ssize_t>(p.held_replies.size()))) {
+                close_pair(p);
+              }
+            }
             p.held_replies.clear();
           }
           hold_replies_ = false;
@@ -400,6 +507,9 @@ class FaultProxy {
             forward_frames(p);
           } else if (dir == 1 && hold_rep && !drop_rep) {
             p.held_replies.append(buf, static_cast<std::size_t>(n));
+          } else if (dir == 1 && !drop_rep && !raw_ && p.reply_in_sync) {
+            p.reply_pending.append(buf, static_cast<std::size_t>(n));
+            forward_replies(p);
           } else if (!(dir == 1 && drop_rep) && !write_all(to, buf, n)) {
             close_pair(p);
           }
@@ -447,6 +557,10 @@ class FaultProxy {
   bool gray_ = false, gray_requested_ = false, heal_requested_ = false;  // GUARDED_BY(mu_)
   bool hold_replies_ = false, flush_requested_ = false;            // GUARDED_BY(mu_)
   std::uint64_t grays_done_ = 0, heals_done_ = 0, flushes_done_ = 0;  // GUARDED_BY(mu_)
+  std::int32_t drop_type_ = 0;                                     // GUARDED_BY(mu_)
+  std::string drop_path_, ghost_path_, ghost_child_;               // GUARDED_BY(mu_)
+  bool drop_armed_ = false, ghost_armed_ = false;                  // GUARDED_BY(mu_)
+  WireCounts wire_;                                                // GUARDED_BY(mu_)
   std::thread thread_;
 };
 
