@@ -90,6 +90,7 @@ Client::Client(ClientOptions options) {
   validate_connect_string(options.connect);
   if (options.session_timeout <= 0ms) throw Error(Errc::invalid_argument, "session timeout must be positive");
   if (options.connect_timeout <= 0ms) throw Error(Errc::invalid_argument, "connect timeout must be positive");
+  if (options.wait_check < 0ms) throw Error(Errc::invalid_argument, "wait check period must not be negative");
   impl_ = std::make_shared<Impl>(std::move(options));
   impl_->start();
 }
@@ -105,6 +106,27 @@ ConnectionState Client::state() const {
 bool Client::connected() const { return impl_->connected(); }
 std::int64_t Client::session_id() const { return impl_->session_id(); }
 std::uint64_t Client::session_epoch() const { return impl_->epoch(); }
+std::uint64_t Client::diverged_servers_seen() const { return impl_->diverged_seen(); }
+
+std::chrono::milliseconds Client::Impl::wait_check_period() const {
+  const auto want = opts.wait_check > 0ms ? opts.wait_check : negotiated();
+  return std::max<std::chrono::milliseconds>(want, 500ms);
+}
+
+void Client::Impl::note_diverged(const std::string& lock_path, const std::string& detail) {
+  diverged_seen_.fetch_add(1);
+  log->warn("zookeeper session 0x{:x}: {} (docs/operations.md, \"A diverged server\")", session_id(), detail);
+  if (!opts.observer) return;
+  post_user([observer = opts.observer, log = log, lock_path, detail] {
+    try {
+      observer->diverged_server(lock_path, detail);
+    } catch (const std::exception& e) {
+      log->error("lock observer threw: {}", e.what());
+    } catch (...) {
+      log->error("lock observer threw");
+    }
+  });
+}
 std::chrono::milliseconds Client::negotiated_timeout() const { return impl_->negotiated(); }
 Clock::time_point Client::valid_until() const { return impl_->valid_until(); }
 

@@ -155,6 +155,16 @@ struct Client::Impl {
   // Heartbeat writes this client has sent, over all its sessions: at most one
   // per heartbeat period, none in a period with another committed write.
   std::uint64_t heartbeat_writes() const { return heartbeat_writes_.load(); }
+  // A write's version no node can have (versions are >= 0; -1 means any):
+  // the heartbeat's and the waiting watchdog's probe.
+  static constexpr int kImpossibleVersion = -2;
+  // The waiting watchdog's base period (ClientOptions::wait_check).
+  std::chrono::milliseconds wait_check_period() const;
+  // A waiter found its server listing a node the leader says is gone
+  // (lock_machine.hpp, invariant 7): logged at warning, counted
+  // (Client::diverged_servers_seen), told to the observer.
+  void note_diverged(const std::string& lock_path, const std::string& detail);
+  std::uint64_t diverged_seen() const { return diverged_seen_.load(); }
   // The ensemble's settings the bound depends on, read at start (conf) or
   // given (ClientOptions::server_tick_time); tick 0 when neither worked.
   struct ServerSettings {
@@ -312,6 +322,7 @@ struct Client::Impl {
   std::atomic<bool> validity_refused_{false};
   ServerSettings settings_;  // written by start() before the first handle, then read only
   std::atomic<std::uint64_t> heartbeat_writes_{0};
+  std::atomic<std::uint64_t> diverged_seen_{0};
   std::atomic<Clock::rep> heartbeat_period_{std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(1)).count()};
   Clock::rep lapse_reported_for_ = Clock::time_point::min().time_since_epoch().count();  // GUARDED_BY(bound_mu_)
 

@@ -164,6 +164,8 @@ void LockAttempt::begin() {
 
 void LockAttempt::feed(const MachineEvent& ev) {
   locked([&] {
+    // A listing answered: what a re-take's `confirmed` is measured from.
+    if (ev.kind == Kind::listed && ev.rc == Rc::ok) confirmed_at_ = Clock::now();
     if (awaiting_valid_ && ev.kind == Kind::validity_expired) {
       // Invariant (7): a grant not handed out yet waits for the proof; a
       // lapse meanwhile ends nothing (nobody holds a lease to lose), and an
@@ -229,6 +231,7 @@ void LockAttempt::report_locked(const MachineOutcome& c) {
       }
       ++grant_;
       end_acquiring_locked();
+      stop_watchdog_locked();
       if (grant_ > 1) {
         // A re-take: the earlier lease's token and callbacks stay quiet (its
         // release dropped the callbacks already; this keeps it so whatever
@@ -282,6 +285,9 @@ void LockAttempt::report_locked(const MachineOutcome& c) {
       break;
     case Out::notice:
       impl_->log->warn("{}", c.message);
+      break;
+    case Out::diverged:
+      impl_->note_diverged(req_.lock_path, c.message);
       break;
     default:
       break;
@@ -343,6 +349,7 @@ void LockAttempt::keep_alive_while_cleaning() {
 
 void LockAttempt::finish_locked() {
   end_acquiring_locked();
+  stop_watchdog_locked();
   if (timer_ != 0) impl_->cancel(timer_);
   timer_ = 0;
   impl_->unwatch(std::exchange(blocker_watch_, {}));

@@ -8,8 +8,9 @@
 //
 // Files: lock_attempt.cpp (lifecycle: start, feed, outcomes, the end),
 // lock_attempt_io.cpp (requests out, answers and watches in),
-// lock_attempt_lease.cpp (the Lease's calls, release) and
-// lock_attempt_retain.cpp (retained leases: the slot, the re-take).
+// lock_attempt_lease.cpp (the Lease's calls, release),
+// lock_attempt_retain.cpp (retained leases: the slot, the re-take) and
+// lock_attempt_watchdog.cpp (the waiting watchdog's timer).
 //
 // Threads: events arrive on the ZooKeeper completion thread, the client's
 // timer thread and user threads; each is fed to the machine under `mu_`, and
@@ -183,6 +184,11 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   void hand_out_locked();                           // REQUIRES mu_: the grant's Lease to done_
   void give_up_awaiting_locked(Error error);        // REQUIRES mu_: invariant (7), out of time
   void execute_locked(LockMachine::Commands cmds);  // REQUIRES mu_
+  // The waiting watchdog (lock_machine.hpp, invariant 7): arms the timer for
+  // a wait on the blocker whose name hashes to `blocker`;
+  // stop_watchdog_locked() takes it back. REQUIRES mu_.
+  void arm_watchdog_locked(std::size_t blocker);
+  void stop_watchdog_locked();
   void send_locked(const MachineRequest& c);        // REQUIRES mu_
   void list_locked(std::uint64_t tag, bool watch);  // REQUIRES mu_: a (batched) listing
   void report_locked(const MachineOutcome& c);      // REQUIRES mu_: an outcome
@@ -237,6 +243,12 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   bool idle_listed_ = false; // GUARDED_BY(mu_): listed there as idle
   Clock::time_point handed_out_at_{};  // GUARDED_BY(mu_): the grant's hand-out, read only with an observer
   Client::Impl::TimerId keep_alive_timer_ = 0;  // GUARDED_BY(mu_): while keeping_alive_
+  // The waiting watchdog: its timer, the blocker it watches (a hash of the
+  // name: the attempt stays in malloc's thread cache) and its period in ms.
+  Client::Impl::TimerId watchdog_timer_ = 0;  // GUARDED_BY(mu_)
+  std::size_t watchdog_blocker_ = 0;          // GUARDED_BY(mu_)
+  std::uint32_t watchdog_ms_ = 0;             // GUARDED_BY(mu_)
+  Clock::time_point confirmed_at_{};          // GUARDED_BY(mu_): the latest listing answered (a re-take's `confirmed`)
   // The latest blocker's watch, taken back when the attempt ends before it
   // fires (Client::Impl::unwatch): a waiter that gives up leaves nothing on
   // the node it waited for.

@@ -3,6 +3,7 @@
 // Part of the LockAttempt shell (lock_attempt.hpp). Nothing here decides:
 // a C-client answer becomes the MachineEvent of the same tag, with its
 // return code mapped once (rc_of); listings are batched per client and lock.
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -253,9 +254,17 @@ void LockAttempt::send_locked(const MachineRequest& c) {
       blocker_watch_ =
           watch_deletion(impl_, epoch_, weak, tag, Kind::blocker_checked, Kind::blocker_deleted, child_path(c.name));
       blocker_tag_ = tag;
+      arm_watchdog_locked(std::hash<std::string>{}(c.name));
       break;
     case Req::watch_own:
       watch_deletion(impl_, epoch_, weak, tag, Kind::own_checked, Kind::own_deleted, child_path(c.name));
+      break;
+    case Req::probe_blocker:
+      // A write the leader answers from its own tree, changing nothing: the
+      // version no node has (the heartbeat's probe, on the blocker).
+      impl_->set_data(
+          child_path(c.name), std::string(), Client::Impl::kImpossibleVersion,
+          [feed_to, tag](Status st, const Stat&) { feed_to(answer(Kind::blocker_probed, tag, st)); }, epoch_);
       break;
     case Req::read_marker:
     case Req::read_record: {

@@ -94,7 +94,9 @@ bool LockAttempt::retake(AttemptRequest& fallback, Done& done) {
     done_ = std::move(done);
     pending_self_ = shared_from_this();
     MachineEvent ev{Kind::retake};
-    ev.within_bound = impl_->epoch() == epoch_ && Clock::now() < impl_->valid_until();
+    const auto now = Clock::now();
+    ev.within_bound = impl_->epoch() == epoch_ && now < impl_->valid_until();
+    ev.confirmed = now - confirmed_at_ < impl_->wait_check_period();
     fallback_ = &fallback;
     execute_locked(machine_->step(ev));
     fallback_ = nullptr;

@@ -24,7 +24,7 @@ bool MachineEvent::is_answer() const {
   switch (kind) {
     case Kind::created: case Kind::parents_made: case Kind::listed: case Kind::stats_read:
     case Kind::blocker_checked: case Kind::marker_read: case Kind::own_checked: case Kind::record_read:
-    case Kind::removed:
+    case Kind::removed: case Kind::blocker_probed:
       return true;
     default:
       return false;
@@ -84,6 +84,7 @@ bool LockMachine::ours(std::string_view guid) const {
 
 void LockMachine::relist(Commands& out) {
   round_.abandon();  // answers to the old round are stale
+  doubted_ = {};     // a watch kept across a listing is the watchdog's case alone (on_watchdog)
   if (doubt_ == Doubt::open && barrier_tag_ == 0) {
     // A create's answer was lost: settle it now, while this client's other
     // attempts resync too (their listings batch into one), not with a
@@ -174,6 +175,8 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
       else on_candidates(ev, out);
       break;
     case Kind::blocker_checked:
+      // The doubted watch was not set after all: the watchdog's listing must not keep it.
+      if (ev.tag != 0 && ev.tag == doubted_.watch_tag && ev.rc != Rc::ok) doubted_.watch_tag = 0;
       if (ev.tag != round_.blocker_tag || !acquiring()) break;
       if (ev.rc == Rc::ok) break;  // watch set; wait
       round_.blocker_tag = 0;
@@ -182,7 +185,15 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
       else fail(ev.errc, "watching a node of " + cfg_.lock_path + ": " + ev.detail, out);
       break;
     case Kind::blocker_deleted:
+      // The doubted watch fired while the watchdog's listing was out: spent.
+      if (ev.tag != 0 && ev.tag == doubted_.watch_tag) doubted_.watch_tag = 0;
       if (is(round_.blocker_tag) && acquiring()) on_blocker_gone(out);
+      break;
+    case Kind::watchdog:
+      if (acquiring() && link_ == Link::up && round_.blocker_tag != 0) on_watchdog(out);
+      break;
+    case Kind::blocker_probed:
+      if (is(round_.probe_tag) && acquiring()) on_probed(ev, out);
       break;
     case Kind::marker_read:
       if (is(round_.marker_tag) && acquiring()) on_marker(ev, out);

@@ -38,8 +38,9 @@
 //      it and every later one showed no other node (nobody_queued). The
 //      notification of that watch ends the retention at once. A re-take is
 //      local — no request — and grants the node's own czxid again, only while
-//      retained, connected, inside the validity bound (the event says), the
-//      watch quiet and no loss seen; otherwise it is void: the retention ends
+//      retained, connected, inside the validity bound and within the waiting
+//      watchdog's period of a listing that showed the node (the event says
+//      both), the watch quiet and no loss seen; otherwise it is void: the retention ends
 //      with the usual release (delete + marker) and `retake_void`.
 //  (6) While our node exists and we wait or hold, its deletion is seen: a
 //      deletion watch on it is armed (watch_own), or the children watch of
@@ -48,6 +49,16 @@
 //      could not be set, or shows that we must wait, the deletion watch is
 //      armed then (cover_own). So an acquisition that finds the lock free
 //      with a watched listing sends no request for its own node.
+//
+//  (7) No grant rests on one notification. When the shell says the attempt
+//      has waited on the same blocker for the watchdog's period, it lists
+//      again (the shell batches a client's listings of one lock): a blocker
+//      that listing no longer shows went unnoticed and is passed as usual.
+//      One it still shows keeps its watch (no request). At the head of the
+//      queue, it is also probed at the leader
+//      (probe_blocker); if the leader has no such node, our server has
+//      diverged from the quorum: reported (`diverged`), and the blocker
+//      counts as proven gone (invariant 4).
 //
 // A deletion watch (watch_own, watch_blocker) is a getData with a watch, not
 // an exists: on a node already gone, exists would leave a watch for its
@@ -143,7 +154,7 @@ class LockMachine {
   // makes every answer to it stale (a fresh listing, a failure, our node
   // gone); the listing itself is kept until the next one replaces it.
   struct Round {
-    std::uint64_t list_tag = 0, stats_tag = 0, blocker_tag = 0, marker_tag = 0, parents_tag = 0;
+    std::uint64_t list_tag = 0, stats_tag = 0, blocker_tag = 0, marker_tag = 0, parents_tag = 0, probe_tag = 0;
     // The listing, in creation order once ordered: the shared listing itself
     // when its suffixes suffice, else our copy with the czxids read.
     std::shared_ptr<const Listing> listing;
@@ -155,7 +166,7 @@ class LockMachine {
     StatsFor stats_for = StatsFor::order;
     std::vector<std::string> stats_names;
     const std::vector<Entry>& queue() const { return copy ? *copy : listing->nodes; }
-    void abandon() { list_tag = stats_tag = blocker_tag = marker_tag = parents_tag = 0; }
+    void abandon() { list_tag = stats_tag = blocker_tag = marker_tag = parents_tag = probe_tag = 0; }
   };
 
   // The children watch of our latest watched listing (invariants 5 and 6).
@@ -187,6 +198,8 @@ class LockMachine {
   void on_marker(const MachineEvent& ev, Commands& out);
   void on_candidates(const MachineEvent& ev, Commands& out);
   void watch_blocker(std::size_t index, Commands& out);
+  void on_watchdog(Commands& out);                   // invariant (7)
+  void on_probed(const MachineEvent& ev, Commands& out);
   void read_stats(StatsFor purpose, std::vector<std::string> names, Commands& out);
   void session_over(Commands& out);
   void watch_own(Commands& out);
@@ -233,6 +246,13 @@ class LockMachine {
   Doubt doubt_ = Doubt::none;
   std::uint64_t barrier_tag_ = 0;  // the write barrier in flight
   std::optional<LossReason> loss_;
+  // The blocker the watchdog doubted and the tag of its watch, until the
+  // listing it asked for is evaluated (invariant 7); any other listing
+  // forgets it (relist).
+  struct Doubted {
+    std::string name;
+    std::uint64_t watch_tag = 0;
+  } doubted_;
   bool others_seen_ = false;       // a listing showed another node, or the children watch fired
   int parent_attempts_ = 0;
   std::uint32_t creates_ = 0;

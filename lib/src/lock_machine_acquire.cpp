@@ -13,6 +13,7 @@ namespace zklock::detail {
 namespace {
 
 using Req = MachineRequest::Kind;
+using Out = MachineOutcome::Kind;
 
 model::OrderKey key_of(const protocol::LockNodeName& n, std::int64_t czxid) { return {n.sequence, czxid, n.name}; }
 
@@ -199,11 +200,48 @@ void LockMachine::evaluate(Commands& out) {
     watch_own(out);
   }
   const auto blocker = model::nearest_blocker(round_.queue(), round_.self, [](const Entry& e) { return e.node.mode; });
+  const auto doubted = std::exchange(doubted_, {});
   if (!blocker) {
     grant(own_.czxid, out);
     return;
   }
-  watch_blocker(*blocker, out);
+  const bool same = doubted.watch_tag != 0 && round_.queue()[*blocker].node.name == doubted.name;
+  if (!same) {
+    watch_blocker(*blocker, out);
+    return;
+  }
+  // Invariant (7): the doubted blocker is still listed. Its watch stands: a
+  // notification still carries its tag, and the watchdog looks again later.
+  round_.blocker = *blocker;
+  round_.blocker_tag = doubted.watch_tag;
+  if (*blocker == 0) {  // at the head: ask the leader
+    round_.probe_tag = next_tag();
+    send(out, Req::probe_blocker, round_.probe_tag, doubted.name);
+  }
+}
+
+// Invariant (7): waited on one blocker for the watchdog's period. Its
+// notification may have been lost, or our server may still list a node the
+// quorum deleted: list again, then look (evaluate).
+void LockMachine::on_watchdog(Commands& out) {
+  Doubted d{round_.queue()[round_.blocker].node.name, round_.blocker_tag};
+  relist(out);  // forgets any earlier doubt: it applies to this listing only
+  doubted_ = std::move(d);
+}
+
+// The leader's answer for the doubted head. Gone there while our server
+// lists it: the server diverged. The blocker is gone as far as the grant
+// rule goes; its watch, on our server, would never fire.
+void LockMachine::on_probed(const MachineEvent& ev, Commands& out) {
+  if (ev.rc != Rc::no_node || round_.blocker_tag == 0) return;  // it exists (bad version), or nothing proven
+  const auto& blocker = round_.queue()[round_.blocker].node.name;
+  MachineOutcome c{Out::diverged};
+  c.message = "the leader has no node " + cfg_.lock_path + "/" + blocker +
+              ", but this session's server still lists it at the head of the queue: that server has diverged "
+              "from the quorum";
+  report(out, std::move(c));
+  round_.blocker_tag = 0;
+  on_blocker_gone(out);
 }
 
 // The hand-off. The nodes ahead of us only ever shrink: our listing ran

@@ -33,7 +33,9 @@ void LockMachine::on_children_changed(const MachineEvent& ev, Commands& out) {
 // granted while it exists. Connected and inside the validity bound, the
 // session is not over, so an expiry has not taken the node; the quiet
 // watch says no child changed since the listing that set it, so nobody
-// queued and nobody deleted it — unless that news is on its way right now
+// queued and nobody deleted it (counted only while a listing confirmed the
+// node within the watchdog's period, invariant 7: the notification may be
+// lost; the event says) — unless that news is on its way right now
 // (a revocation in flight), which is the window of any holder whose node
 // was just deleted: the notification, due any moment, reports the loss
 // (cover_own), and the fencing token (the same czxid, below every later
@@ -44,6 +46,9 @@ void LockMachine::on_retake(const MachineEvent& ev, Commands& out) {
     void_retake("disconnected: the retained node cannot be trusted until the session is back", out);
   } else if (!ev.within_bound) {
     void_retake("the session's validity bound has lapsed: the node may be gone", out);
+  } else if (!ev.confirmed) {
+    void_retake("no listing has confirmed the node for the waiting watchdog's period: its deletion may have gone "
+                "unnoticed", out);
   } else if (!nobody_queued() || own_.state != NodeState::exists || loss_) {
     void_retake("something changed under the lock since the node was retained", out);
   } else {

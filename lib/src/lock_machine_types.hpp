@@ -58,6 +58,7 @@ struct MachineEvent {
     own_checked,      // watch_own: rc
     record_read,      // read_record: rc; data
     removed,          // remove / remove_extra: rc
+    blocker_probed,   // probe_blocker: rc (no_node: the leader has no such node; anything else: nothing proven)
     // watch notifications (tag of the request that set the watch)
     blocker_deleted,
     own_deleted,
@@ -68,6 +69,9 @@ struct MachineEvent {
     reconnected,       // the same session is back
     expired,           // the session is over; its ephemeral nodes are gone
     validity_expired,  // disconnected past the client's validity bound
+    // the shell's clock: the attempt has waited on the same blocker for the
+    // waiting watchdog's period (ClientOptions::wait_check), without news
+    watchdog,
     // the user
     cancel,   // errc (timeout / cancelled), detail
     release,  // the lease's release
@@ -85,6 +89,10 @@ struct MachineEvent {
   // (now < Client::valid_until() on the attempt's session). Time stays out
   // of the machine: the shell reads the clock, the machine decides.
   bool within_bound = false;
+  // retake: a listing answered within the waiting watchdog's period (the
+  // shell's clock again) confirmed the retained node's existence. Past it,
+  // a quiet children watch proves nothing: its notification may be lost.
+  bool confirmed = false;
   std::vector<std::string> children;   // listed (parsed by the machine when `listing` is null)
   std::shared_ptr<const Listing> listing;  // listed: the parsed listing, shared
   std::vector<NodeStat> stats;         // stats_read
@@ -110,6 +118,10 @@ struct MachineRequest {
     read_record,   // getData(/zklock/revocations/<name>) → record_read
     remove,        // delete <lock>/<name>; with_marker: in one multi with setData(<lock>, name) → removed
     remove_extra,  // delete <lock>/<name>: a duplicate of ours (same GUID), or the write barrier → removed
+    // setData(<lock>/<name>) with a version no node can have: the leader
+    // answers it from its own tree (no_node: gone; a bad version: it exists),
+    // and it changes nothing → blocker_probed
+    probe_blocker,
   };
   Kind kind;
   std::uint64_t tag = 0;
@@ -126,6 +138,9 @@ struct MachineOutcome {
     lost,         // reason, message
     released,     // the release finished: the node is gone, or retained idle (the lease is over)
     retake_void,  // the re-take cannot be local (message: why); queue anew. The node is being released.
+    // Our server still lists a node that the leader says is gone (message:
+    // both views): that server has diverged from the quorum.
+    diverged,
     notice,       // something worth a log line (message), reported to no lease
   };
   Kind kind;

@@ -16,7 +16,6 @@ namespace {
 // ZBADVERSION, committed the same way; a restrictive ACL on it would answer
 // ZNOAUTH, which never counts: the bound would lapse, never overshoot.
 constexpr const char* kHeartbeatPath = "/zklock/heartbeat";
-constexpr int kImpossibleVersion = -2;  // versions are >= 0; -1 means "any"
 }  // namespace
 
 std::chrono::milliseconds Client::Impl::margin() const {

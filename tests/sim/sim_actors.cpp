@@ -128,6 +128,8 @@ void World::actor_start(int ai) {
         // or a heartbeat late under load).
         MachineEvent ev{Kind::retake};
         ev.within_bound = !slots_[static_cast<std::size_t>(a.slot)].validity_sent && !rng_.chance(100);
+        // The watchdog's clock: mostly a listing confirmed the node recently.
+        ev.confirmed = !rng_.chance(20);
         feed(m, ev);
         return;
       }

@@ -36,18 +36,20 @@ const char* rc_name(Rc rc) {
 }
 const char* event_name(Kind k) {
   static const char* names[] = {"created", "parents_made", "listed", "stats_read", "blocker_checked", "marker_read",
-                                "own_checked", "record_read", "removed", "blocker_deleted", "own_deleted",
-                                "own_changed", "children_changed", "disconnected", "reconnected", "expired",
-                                "validity_expired", "cancel", "release", "retake", "retain_over"};
+                                "own_checked", "record_read", "removed", "blocker_probed", "blocker_deleted",
+                                "own_deleted", "own_changed", "children_changed", "disconnected", "reconnected",
+                                "expired", "validity_expired", "watchdog", "cancel", "release", "retake",
+                                "retain_over"};
   return names[static_cast<int>(k)];
 }
 const char* command_name(Cmd k) {
   static const char* names[] = {"create", "make_parents", "list", "list_watch", "read_stats",
-                                "watch_blocker", "read_marker", "watch_own", "read_record", "remove", "remove_extra"};
+                                "watch_blocker", "read_marker", "watch_own", "read_record", "remove", "remove_extra",
+                                "probe_blocker"};
   return names[static_cast<int>(k)];
 }
 const char* outcome_name(MachineOutcome::Kind k) {
-  static const char* names[] = {"granted", "failed", "lost", "released", "retake_void", "notice"};
+  static const char* names[] = {"granted", "failed", "lost", "released", "retake_void", "notice", "diverged"};
   return names[static_cast<int>(k)];
 }
 std::string hex64(std::uint64_t v) {
@@ -107,7 +109,10 @@ void World::feed(int id, const MachineEvent& ev) {
     for (const auto& c : ev.children) l += " " + short_name(c);
     for (const auto& st : ev.stats) l += std::string(" [") + rc_name(st.rc) + " " + std::to_string(st.czxid) + "]";
     if (ev.kind == Kind::marker_read && ev.rc == Rc::ok) l += " data=" + short_name(ev.data);
-    if (ev.kind == Kind::retake) l += ev.within_bound ? " within_bound" : " bound_lapsed";
+    if (ev.kind == Kind::retake) {
+      l += ev.within_bound ? " within_bound" : " bound_lapsed";
+      if (!ev.confirmed) l += " unconfirmed";
+    }
     note(l);
   }
   apply(id, rec.m->step(ev));
@@ -180,8 +185,14 @@ void World::execute(int id, const MachineRequest& c) {
       }
       return;
     }
-    case Cmd::list: r.kind = ReqKind::get_children; r.path = lock; rt.kind = Kind::listed; break;
+    case Cmd::list:
+      r.kind = ReqKind::get_children;
+      r.path = lock;
+      rt.kind = Kind::listed;
+      rec.notification_lost = false;  // a fresh listing: it shows the blocker gone
+      break;
     case Cmd::list_watch:
+      rec.notification_lost = false;
       r.kind = ReqKind::get_children;
       r.path = lock;
       r.watch = true;
@@ -198,6 +209,12 @@ void World::execute(int id, const MachineRequest& c) {
       rt.kind = c.kind == Cmd::watch_own ? Kind::own_checked : Kind::blocker_checked;
       break;
     case Cmd::read_marker: r.kind = ReqKind::get_data; r.path = lock; rt.kind = Kind::marker_read; break;
+    case Cmd::probe_blocker:  // one tree here: whether the node exists is the leader's answer
+      r.kind = ReqKind::exists;
+      r.path = lock + "/" + c.name;
+      rt.kind = Kind::blocker_probed;
+      ++counters_.probes;
+      break;
     case Cmd::read_record:
       r.kind = ReqKind::get_data;
       r.path = "/zklock/revocations/" + c.name;
@@ -273,6 +290,14 @@ void World::on_reply(const Reply& rep) {
       return;
     } else if (rep.what == Reply::Watch::deleted) {
       ev.kind = rt.kind == Kind::own_checked ? Kind::own_deleted : Kind::blocker_deleted;
+      // A fault: the notification of a blocker's deletion never arrives (a
+      // lost packet, a server bug). The waiting watchdog must find it gone.
+      if (ev.kind == Kind::blocker_deleted && !tail_ && rng_.chance(cfg_.drop_notifications)) {
+        ++counters_.dropped_notifications;
+        machines_[static_cast<std::size_t>(rt.machine)].notification_lost = true;
+        if (cfg_.trace || cfg_.print_trace) note("DROP blocker_deleted tag=" + std::to_string(rt.tag) + " for m" + std::to_string(rt.machine));
+        return;
+      }
     } else if (rt.kind == Kind::own_checked) {
       ev.kind = Kind::own_changed;  // someone wrote our node's data: the machine watches again
     } else {

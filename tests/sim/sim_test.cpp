@@ -77,6 +77,9 @@ TEST(Sim, ManySeeds) {
     sum.waiter_notices += r.counters.waiter_notices;
     sum.stale_retakes += r.counters.stale_retakes;
     sum.pinned_refusals += r.counters.pinned_refusals;
+    sum.dropped_notifications += r.counters.dropped_notifications;
+    sum.watchdogs += r.counters.watchdogs;
+    sum.probes += r.counters.probes;
     sum.regrants_after_dead_session += r.counters.regrants_after_dead_session;
     sum.max_pipeline = std::max(sum.max_pipeline, r.counters.max_pipeline);
     sum.tail_steps = std::max(sum.tail_steps, r.counters.tail_steps);
@@ -120,6 +123,13 @@ TEST(Sim, ManySeeds) {
               static_cast<unsigned long long>(sum.pinned_refusals),
               static_cast<unsigned long long>(sum.regrants_after_dead_session));
   EXPECT_GT(sum.pinned_refusals, 0U);
+  // Blocker deletions whose notification never came: every run settles all
+  // the same (the tail's liveness check), through the waiting watchdog.
+  std::printf("[sim] blocker deletion notifications dropped %llu, watchdog firings %llu, probes at the leader %llu\n",
+              static_cast<unsigned long long>(sum.dropped_notifications),
+              static_cast<unsigned long long>(sum.watchdogs), static_cast<unsigned long long>(sum.probes));
+  EXPECT_GT(sum.dropped_notifications, 0U);
+  EXPECT_GT(sum.probes, 0U);
   EXPECT_GT(sum.regrants_after_dead_session, 0U);
 }
 

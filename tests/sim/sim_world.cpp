@@ -105,7 +105,8 @@ void World::setup() {
 }
 
 namespace {
-enum class Act { deliver, serve, commit, actor, disconnect, reconnect, validity, expire, learn, replace, revoke, reap, retain };
+enum class Act { deliver, serve, commit, actor, disconnect, reconnect, validity, expire, learn, replace, revoke, reap, retain,
+                 watchdog };
 struct Choice {
   Act act;
   int arg;
@@ -153,6 +154,9 @@ bool World::step_once() {
     if (due) add(Act::actor, a, 20);
     else if (dead && ac.retained >= 0 && ac.state == Actor::idle && !tail_) add(Act::actor, a, 20);
     if (ac.retained >= 0 && now_ >= ac.retain_until && ac.state == Actor::idle) add(Act::retain, a, 20);
+    // The shell's waiting watchdog, for an actor that waits (its machines
+    // ignore it unless they wait on a blocker); rare next to a hand-off.
+    if (ac.state == Actor::acquiring && cfg_.drop_notifications != 0) add(Act::watchdog, a, 1);
   }
   if (!tail_) {
     add(Act::revoke, 0, w_fault_ / 2);
@@ -186,6 +190,12 @@ bool World::step_once() {
     case Act::revoke: revoke(); break;
     case Act::reap: reap(); break;
     case Act::retain: retain_deadline(c.arg); break;
+    case Act::watchdog: {
+      ++counters_.watchdogs;
+      const auto ms = actors_[static_cast<std::size_t>(c.arg)].ms;  // feed() may start more
+      for (int m : ms) feed(m, detail::MachineEvent{Kind::watchdog});
+      break;
+    }
   }
   drain_local();
   track_deletions();

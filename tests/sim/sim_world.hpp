@@ -40,6 +40,10 @@ struct SimConfig {
   // One session, one lock, one retaining exclusive actor: long runs of
   // re-takes with nobody else queueing (faults as usual).
   bool lone_retainer = false;
+  // One in this many blocker deletion notifications is dropped while the
+  // faults last (0: none); the waiting watchdog fires now and then for
+  // every waiter, in the tail too (the shell's timers never stop).
+  std::uint64_t drop_notifications = 40;
 };
 
 struct SimCounters {
@@ -53,6 +57,7 @@ struct SimCounters {
   std::uint64_t quiet_losses = 0;  // releases of a deleted node with the session quiet (check_told judged)
   std::uint64_t retains = 0, retakes = 0, retakes_void = 0;  // releases kept idle; re-takes granted / voided
   std::uint64_t pinned_refusals = 0;  // requests of a session already over, refused before they were sent
+  std::uint64_t dropped_notifications = 0, watchdogs = 0, probes = 0;  // the waiting watchdog (lock_machine.hpp (7))
   // A retainer asked while its session was over, then was granted on a new one.
   std::uint64_t regrants_after_dead_session = 0;
   std::uint64_t stale_retakes = 0;   // re-takes granted on a node already deleted (the news on its way)
@@ -79,6 +84,10 @@ std::string describe(const SimConfig& cfg, const SimResult& r);
 
 struct MachineRec {
   std::unique_ptr<detail::LockMachine> m;
+  // A blocker deletion's notification to it was dropped: until it lists
+  // again (its watchdog, or a reconnect), nothing moves it (check_heads
+  // skips it; the tail's liveness check judges it).
+  bool notification_lost = false;
   int lock = 0, actor = -1;
   std::uint64_t session = 0;
   std::string guid;

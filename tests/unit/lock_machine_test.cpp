@@ -82,6 +82,7 @@ const std::vector<std::pair<Kind, std::string>>& event_names() {
       {Kind::own_checked, "own_checked"},
       {Kind::record_read, "record_read"},
       {Kind::removed, "removed"},
+      {Kind::blocker_probed, "blocker_probed"},
       {Kind::blocker_deleted, "blocker_deleted"},
       {Kind::own_deleted, "own_deleted"},
       {Kind::own_changed, "own_changed"},
@@ -90,6 +91,7 @@ const std::vector<std::pair<Kind, std::string>>& event_names() {
       {Kind::reconnected, "reconnected"},
       {Kind::expired, "expired"},
       {Kind::validity_expired, "validity_expired"},
+      {Kind::watchdog, "watchdog"},
       {Kind::cancel, "cancel"},
       {Kind::release, "release"},
       {Kind::retake, "retake"},
@@ -303,6 +305,7 @@ MachineEvent parse_event(const std::string& text, const MachineConfig& cfg, Name
   MachineEvent ev{it->first};
   ev.epoch = cfg.epoch;
   ev.within_bound = true;  // a retake inside the bound unless bound=lapsed
+  ev.confirmed = true;     // and with the node confirmed recently unless confirmed=stale
   for (const auto& [k, v] : args) {
     if (k == "tag") {
       ev.tag = static_cast<std::uint64_t>(parse_int(v));
@@ -317,6 +320,9 @@ MachineEvent parse_event(const std::string& text, const MachineConfig& cfg, Name
     } else if (k == "bound") {
       if (v != "held" && v != "lapsed") throw std::runtime_error("bound=held|lapsed, not '" + v + "'");
       ev.within_bound = v == "held";
+    } else if (k == "confirmed") {
+      if (v != "recent" && v != "stale") throw std::runtime_error("confirmed=recent|stale, not '" + v + "'");
+      ev.confirmed = v == "recent";
     } else if (k == "children") {
       for (const auto& c : split(v, ',')) ev.children.push_back(names.expand(c));
     } else if (k == "stats") {
@@ -360,6 +366,7 @@ std::string print_request(const MachineRequest& c, const Names& names) {
     case Req::read_record: return "read_record" + tag() + name();
     case Req::remove: return "remove" + tag() + name() + (c.with_marker ? " +marker" : "");
     case Req::remove_extra: return "remove_extra" + tag() + name();
+    case Req::probe_blocker: return "probe_blocker" + tag() + name();
   }
   return "?";
 }
@@ -373,6 +380,7 @@ std::string print_outcome(const MachineOutcome& c, const Names& names) {
     case Out::released: return "outcome released";
     case Out::retake_void: return "outcome retake_void" + quoted(c.message);
     case Out::notice: return "notice" + quoted(c.message);
+    case Out::diverged: return "outcome diverged" + quoted(c.message);
   }
   return "?";
 }

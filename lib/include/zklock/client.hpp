@@ -97,6 +97,13 @@ struct ClientOptions {
   // The C client re-resolves host names on every I/O loop by default, which
   // costs client CPU on every request; re-resolve at most this often.
   std::chrono::milliseconds resolution_delay = std::chrono::seconds(30);
+  // The waiting watchdog: a waiter that has heard nothing of the node it
+  // waits behind for this long checks again (one listing per lock, and for a
+  // node still at the head, a probe the leader answers), so that no grant
+  // rests on one notification arriving. Doubles while the same node stays
+  // ahead, up to 8 times. Zero: the negotiated session timeout; at least
+  // 500 ms either way. docs/design.md, "The waiting watchdog".
+  std::chrono::milliseconds wait_check{0};
   // The least severe of the C client's own log lines passed on to `logger`.
   LogLevel zk_log_level = LogLevel::warn;
   // spdlog logger name used by zklock ("zklock").
@@ -191,6 +198,10 @@ class Client {
   std::int64_t session_id() const;
   // Counts sessions: 1 for the first, +1 each time a new one replaces an expired one.
   std::uint64_t session_epoch() const;
+  // How many times a waiter of this client found its server listing a lock
+  // node that the leader says is gone (ClientOptions::wait_check): the
+  // server has diverged from the quorum. Logged at warning each time.
+  std::uint64_t diverged_servers_seen() const;
   std::chrono::milliseconds negotiated_timeout() const;
   // See the file comment. In the past while no session is known to be alive.
   std::chrono::steady_clock::time_point valid_until() const;

@@ -50,6 +50,11 @@ class LockObserver {
   // it (client.hpp): every lease of the session counts as lost from now,
   // and each is reported to lost() as well. On the client's callback thread.
   virtual void validity_lapsed(std::int64_t /*session_id*/) {}
+  // A waiter's server still lists a node of `lock_path` that the leader says
+  // is gone: that server has diverged from the quorum (Client::
+  // diverged_servers_seen; docs/operations.md says what to do). The waiter
+  // goes on as if the node were gone. On the client's callback thread.
+  virtual void diverged_server(std::string_view /*lock_path*/, std::string_view /*detail*/) {}
 };
 
 }  // namespace zklock
