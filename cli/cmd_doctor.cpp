@@ -136,6 +136,17 @@ std::string srvr_field(const std::string& text, const std::string& key) {
   return v;
 }
 
+// A `mntr` answer's value for `key` ("key<TAB>value" lines), or -1.
+long long mntr_value(const std::string& text, const std::string& key) {
+  const auto at = text.find(key + "\t");
+  if (at == std::string::npos || (at != 0 && text[at - 1] != '\n')) return -1;
+  try {
+    return std::stoll(text.substr(at + key.size() + 1));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
 // 8. Lock heads that have kept others waiting for `threshold` or longer:
 // one warning per lock, else one "ok" line.
 void check_heads(Client& client, const std::string& root, milliseconds threshold, const ServerClock& server_clock,
@@ -179,6 +190,15 @@ std::vector<Check> run_checks(const GlobalOptions& g, milliseconds head_threshol
       c.detail = "not serving requests (no quorum?)";
     } else {
       c.detail = "version " + srvr_field(*answer, "Zookeeper version") + ", mode " + srvr_field(*answer, "Mode");
+      // A member whose tree disagrees with the leader's (needs mntr in the whitelist; silent without it).
+      const auto mntr = four_letter_word(host, port, "mntr", std::min(timeout, milliseconds(3000)));
+      const auto mismatches = mntr ? mntr_value(*mntr, "zk_digest_mismatches_count") : -1;
+      if (mismatches > 0) {
+        c.status = "warn";
+        c.detail += "; its data tree disagreed with the leader's on " + std::to_string(mismatches) +
+                    " transactions (zk_digest_mismatches_count): a diverged member (docs/operations.md, "
+                    "\"A diverged server\")";
+      }
     }
     checks.push_back(std::move(c));
   }

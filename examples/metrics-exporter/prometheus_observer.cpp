@@ -97,6 +97,11 @@ void PrometheusObserver::validity_lapsed(std::int64_t) {
   ++lapses_;
 }
 
+void PrometheusObserver::diverged_server(std::string_view, std::string_view) {
+  std::lock_guard lk(mu_);
+  ++diverged_;
+}
+
 void PrometheusObserver::cycle_done() {
   std::lock_guard lk(mu_);
   ++cycles_;
@@ -115,6 +120,8 @@ std::string PrometheusObserver::render() const {
   labelled(out, "zklock_client_losses_total", "reason", losses_, "Held leases lost, by reason.");
   counter(out, "zklock_client_validity_lapses_total", lapses_,
           "Times the session's validity bound passed without a committed write raising it.");
+  counter(out, "zklock_client_diverged_servers_total", diverged_,
+          "Waits that found their server listing a lock node the leader says is gone.");
   histogram(out, "zklock_client_acquire_wait_seconds", wait_,
             "Time from the start of an acquisition to its grant or failure.");
   histogram(out, "zklock_client_hold_seconds", hold_, "Time from a grant to its release.");

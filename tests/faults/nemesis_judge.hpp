@@ -18,6 +18,11 @@ class RunJudge : public Run {
  public:
   using Run::Run;
 
+ private:
+  std::string digests_;  // check_members: each member's zk_digest_mismatches_count
+  std::vector<std::string> digest_findings_;
+
+ public:
   void judge() {
     // (a) In the order the grants became valid (first true sample), czxids
     // strictly increase; and no two grants share a token.
@@ -119,6 +124,64 @@ class RunJudge : public Run {
     }
     return out;
   }
+
+  // After the final heal, the servers' own verdict, apart from zklock's:
+  // every member lists the lock alike (polled up to 30 s: a follower may
+  // lag), and reports zk_digest_mismatches_count 0 in `mntr` (its data
+  // tree's digest agreed with the leader's on every transaction). Debian's
+  // 3.8.0 lacks the later fixes for a committed transaction lost on one
+  // member (ZOOKEEPER-4785); a member that diverged is the server's fault,
+  // named with both listings. Returns the listings' findings (empty: all
+  // agree); the digests' are digest_findings() (see nemesis_test.cpp).
+  std::vector<std::string> check_members() {
+    constexpr int n = NemesisEnsemble::kSize;
+    std::vector<std::vector<std::string>> views(n);
+    std::vector<int> rcs(n, ZOK);
+    const auto read_all = [&] {
+      for (int i = 0; i < n; ++i) {
+        views[static_cast<std::size_t>(i)].clear();
+        try {
+          auto h = test::ZkHandle::connect(ens_.member(i).connect_string(), 5000ms);
+          rcs[static_cast<std::size_t>(i)] = h.children(lock_, &views[static_cast<std::size_t>(i)]);
+        } catch (const std::exception&) {
+          rcs[static_cast<std::size_t>(i)] = ZCONNECTIONLOSS;
+        }
+        std::sort(views[static_cast<std::size_t>(i)].begin(), views[static_cast<std::size_t>(i)].end());
+      }
+      for (int i = 1; i < n; ++i) {
+        if (views[static_cast<std::size_t>(i)] != views[0] || rcs[static_cast<std::size_t>(i)] != rcs[0]) return false;
+      }
+      return true;
+    };
+    std::vector<std::string> findings;
+    const auto shown = [&](int i) {
+      std::string s = "[";
+      for (const auto& v : views[static_cast<std::size_t>(i)]) s += (s.size() > 1 ? " " : "") + v;
+      return s + "] (rc " + std::to_string(rcs[static_cast<std::size_t>(i)]) + ")";
+    };
+    if (!eventually(read_all, 30000ms)) {
+      std::string views_text;
+      for (int i = 0; i < n; ++i) views_text += " member" + std::to_string(i) + " " + shown(i) + ";";
+      findings.push_back("members list " + lock_ + " differently 30 s after the heal:" + views_text);
+    }
+    digests_.clear();
+    for (int i = 0; i < n; ++i) {
+      std::int64_t mismatches = -1;
+      try {
+        mismatches = ens_.member(i).mntr().counter("zk_digest_mismatches_count").value_or(-1);
+      } catch (const std::exception&) {
+      }
+      digests_ += " member" + std::to_string(i) + "=" + std::to_string(mismatches);
+      if (mismatches > 0) {
+        digest_findings_.push_back("member" + std::to_string(i) + " reports zk_digest_mismatches_count " +
+                           std::to_string(mismatches) + ": its tree disagreed with the leader's; it lists " +
+                           lock_ + " as " + shown(i) + ", member0 as " + shown(0));
+      }
+    }
+    return findings;
+  }
+  const std::string& digests() const { return digests_; }
+  const std::vector<std::string>& digest_findings() const { return digest_findings_; }
 
   // Copies what a failing run leaves into <tmp>/nemesis-<seed>/; returns it.
   std::filesystem::path keep_evidence(std::uint64_t seed, const std::string& summary) {
