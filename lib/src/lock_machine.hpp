@@ -163,6 +163,7 @@ class LockMachine {
     std::int64_t adopt_czxid = 0; // exact listings: the czxid read for the node we adopt
     std::size_t self = 0;         // our index in queue()
     std::size_t blocker = 0;      // the watched node's index (or the one just gone)
+    std::uint64_t probed_watch = 0;  // probe_tag's blocker: the watch it had (invariant 7)
     StatsFor stats_for = StatsFor::order;
     std::vector<std::string> stats_names;
     const std::vector<Entry>& queue() const { return copy ? *copy : listing->nodes; }

@@ -215,6 +215,7 @@ void LockMachine::evaluate(Commands& out) {
   round_.blocker = *blocker;
   round_.blocker_tag = doubted.watch_tag;
   if (*blocker == 0) {  // at the head: ask the leader
+    round_.probed_watch = round_.blocker_tag;
     round_.probe_tag = next_tag();
     send(out, Req::probe_blocker, round_.probe_tag, doubted.name);
   }
@@ -233,7 +234,10 @@ void LockMachine::on_watchdog(Commands& out) {
 // lists it: the server diverged. The blocker is gone as far as the grant
 // rule goes; its watch, on our server, would never fire.
 void LockMachine::on_probed(const MachineEvent& ev, Commands& out) {
-  if (ev.rc != Rc::no_node || round_.blocker_tag == 0) return;  // it exists (bad version), or nothing proven
+  if (ev.rc != Rc::no_node) return;  // it exists (bad version), or nothing proven
+  // Only for the blocker probed, still watched: not one that took its place
+  // meanwhile (its watch fired, and the round went on to another).
+  if (round_.blocker_tag == 0 || round_.blocker_tag != round_.probed_watch) return;
   const auto& blocker = round_.queue()[round_.blocker].node.name;
   MachineOutcome c{Out::diverged};
   c.message = "the leader has no node " + cfg_.lock_path + "/" + blocker +

@@ -60,8 +60,9 @@ TEST(WaitingWatchdog, ALostDeletionOfTheHeadsPredecessorIsFoundWithinThePeriod) 
   FairMutex held(holder_client, path), waiting(waiter_client, path);
   Lease lease = held.acquire();
   auto outcome = acquire_in_background(waiting, 30s);
-  ASSERT_TRUE(eventually([&] { return holder_client.children(path).size() == 2; }, 10s));
   proxy.drop_notification(test::wire::kDeleted, lease.node_path());
+  // The waiter's deletion watch on the holder's node is set: the story starts.
+  ASSERT_TRUE(eventually([&] { return proxy.answered(test::wire::kGetData, lease.node_path()) >= 1; }, 10s));
 
   const auto released = Clock::now();
   lease.release();

@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <map>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -183,6 +184,14 @@ class FaultProxy {
   WireCounts wire_counts() const {
     std::lock_guard lk(mu_);
     return wire_;
+  }
+  // How many answers without error to requests of `type` (wire::kGetData,
+  // ...) naming `path` have passed to a client: for a getData with a watch,
+  // how often that watch has been set.
+  std::uint64_t answered(std::int32_t type, const std::string& path) const {
+    std::lock_guard lk(mu_);
+    const auto it = answered_.find({type, path});
+    return it == answered_.end() ? 0 : it->second;
   }
 
  private:
@@ -364,6 +373,7 @@ class FaultProxy {
     const auto [type, path] = std::move(it->second);
     p.asked.erase(it);
     std::lock_guard lk(mu_);
+    if (h->err == 0) ++answered_[{type, path}];
     if (!ghost_armed_) return true;
     if ((type == wire::kGetChildren || type == wire::kGetChildren2) && path == ghost_path_) {
       if (auto rewritten = wire::with_extra_child(frame, ghost_child_)) {
@@ -561,6 +571,7 @@ class FaultProxy {
   std::string drop_path_, ghost_path_, ghost_child_;               // GUARDED_BY(mu_)
   bool drop_armed_ = false, ghost_armed_ = false;                  // GUARDED_BY(mu_)
   WireCounts wire_;                                                // GUARDED_BY(mu_)
+  std::map<std::pair<std::int32_t, std::string>, std::uint64_t> answered_;  // GUARDED_BY(mu_)
   std::thread thread_;
 };
 

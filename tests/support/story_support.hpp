@@ -118,6 +118,7 @@ struct WorkerConfig {
   int connect_timeout_ms = 10000;
   int acquire_timeout_ms = 0;
   int retain_ms = 0;  // MutexOptions::retain
+  int wait_check_ms = 0;  // ClientOptions::wait_check (0: the default, the negotiated timeout)
   bool strict = false;
   // Mode: commands (default), waiters > 0, or loop.
   int waiters = 0;
@@ -140,6 +141,7 @@ class StoryWorker {
                                      "--connect-timeout", std::to_string(cfg.connect_timeout_ms),
                                      "--acquire-timeout", std::to_string(cfg.acquire_timeout_ms),
                                      "--retain-ms", std::to_string(cfg.retain_ms),
+                                     "--wait-check-ms", std::to_string(cfg.wait_check_ms),
                                      "--policy", cfg.strict ? "strict" : "tolerant",
                                      "--hold-ms", std::to_string(cfg.hold_ms)};
     if (!cfg.db.empty()) argv.insert(argv.end(), {"--db", cfg.db});

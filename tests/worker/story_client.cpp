@@ -84,6 +84,7 @@ StoryClient::StoryClient(StoryArgs args) : args_(std::move(args)) {
   opts.connect = args_.connect;
   opts.session_timeout = std::chrono::milliseconds(args_.session_timeout_ms);
   opts.connect_timeout = std::chrono::milliseconds(args_.connect_timeout_ms);
+  opts.wait_check = std::chrono::milliseconds(args_.wait_check_ms);
   opts.owner_prefix = args_.name;
   opts.zk_log_level = zklock::LogLevel::error;
   client_ = std::make_unique<zklock::Client>(opts);

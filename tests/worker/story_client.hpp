@@ -26,6 +26,7 @@ struct StoryArgs {
   int connect_timeout_ms = 10000;
   int acquire_timeout_ms = 0;
   int retain_ms = 0;  // MutexOptions::retain (0: none); > 0: every acquisition is owner `name`
+  int wait_check_ms = 0;  // ClientOptions::wait_check (0: the default)
   bool strict = false;
   int waiters = 0;
   int hold_ms = 0;

@@ -78,7 +78,8 @@ using namespace std::chrono_literals;
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "zklock_test_worker story: " << problem << "\n"
             << "usage: zklock_test_worker story --connect HOSTS --lock PATH [--name N] [--db PATH]\n"
-            << "  [--session-timeout MS] [--acquire-timeout MS] [--retain-ms MS] [--policy tolerant|strict]\n"
+            << "  [--session-timeout MS] [--acquire-timeout MS] [--retain-ms MS] [--wait-check-ms MS]\n"
+            << "  [--policy tolerant|strict]\n"
             << "  (--commands FIFO | --waiters N [--hold-ms MS] | --loop [--key K] [--writes N] [--hold-ms MS])\n";
   std::exit(64);
 }
@@ -101,6 +102,7 @@ StoryArgs parse_args(int argc, char** argv) {
     else if (k == "--connect-timeout") a.connect_timeout_ms = std::stoi(val());
     else if (k == "--acquire-timeout") a.acquire_timeout_ms = std::stoi(val());
     else if (k == "--retain-ms") a.retain_ms = std::stoi(val());
+    else if (k == "--wait-check-ms") a.wait_check_ms = std::stoi(val());
     else if (k == "--policy") {
       auto p = val();
       if (p != "tolerant" && p != "strict") usage("bad policy " + p);
