@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <future>
 #include <utility>
 
@@ -164,8 +165,14 @@ void LockAttempt::begin() {
 
 void LockAttempt::feed(const MachineEvent& ev) {
   locked([&] {
-    // A listing answered: what a re-take's `confirmed` is measured from.
-    if (ev.kind == Kind::listed && ev.rc == Rc::ok) confirmed_at_ = Clock::now();
+    // A listing that shows our node: what a re-take's `confirmed` is
+    // measured from (retaining attempts only; their queues are short).
+    if (ev.kind == Kind::listed && ev.rc == Rc::ok && ev.listing && machine_ &&
+        req_.retain > std::chrono::milliseconds::zero() && !machine_->node_name().empty()) {
+      const auto& nodes = ev.listing->nodes;
+      if (std::any_of(nodes.begin(), nodes.end(), [&](const QueueEntry& e) { return e.node.name == machine_->node_name(); }))
+        confirmed_at_ = Clock::now();
+    }
     if (awaiting_valid_ && ev.kind == Kind::validity_expired) {
       // Invariant (7): a grant not handed out yet waits for the proof; a
       // lapse meanwhile ends nothing (nobody holds a lease to lose), and an
