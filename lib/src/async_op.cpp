@@ -1,6 +1,8 @@
 // The op shape, non-template half: issuing under the handle lock, watches, what a closing Handle owes.
 #include "async_op.hpp"
 
+#include "session_pool.hpp"
+
 #include <vector>
 
 namespace zklock {
@@ -115,11 +117,19 @@ Handle::~Handle() {
 Client::Impl::Census Client::Impl::census() {
   Census c;
   c.timers = executor_.pending_timers();
+  if (shards) {  // a Client's first session counts the others too
+    for (const auto& s : shards->all()) {
+      const auto o = s->census();
+      c.watches += o.watches;
+      c.requests += o.requests;
+      c.timers += o.timers;
+    }
+  }
   std::shared_lock lk(handle_mu_);
   if (handle_ == nullptr) return c;
   std::lock_guard wl(handle_->watches_mu);
-  c.watches = handle_->watches.size();
-  c.requests = handle_->pending_count;
+  c.watches += handle_->watches.size();
+  c.requests += handle_->pending_count;
   return c;
 }
 

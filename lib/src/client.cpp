@@ -9,6 +9,7 @@
 
 #include "client_impl.hpp"
 #include "digest.hpp"
+#include "session_pool.hpp"
 #include "zklock/path.hpp"
 
 namespace zklock {
@@ -91,6 +92,10 @@ Client::Client(ClientOptions options) {
   if (options.session_timeout <= 0ms) throw Error(Errc::invalid_argument, "session timeout must be positive");
   if (options.connect_timeout <= 0ms) throw Error(Errc::invalid_argument, "connect timeout must be positive");
   if (options.wait_check < 0ms) throw Error(Errc::invalid_argument, "wait check period must not be negative");
+  if (options.watch_budget_bytes < 4096) {
+    throw Error(Errc::invalid_argument, "watch budget must be at least 4096 bytes (got " +
+                                            std::to_string(options.watch_budget_bytes) + ")");
+  }
   impl_ = std::make_shared<Impl>(std::move(options));
   impl_->start();
 }
@@ -106,7 +111,17 @@ ConnectionState Client::state() const {
 bool Client::connected() const { return impl_->connected(); }
 std::int64_t Client::session_id() const { return impl_->session_id(); }
 std::uint64_t Client::session_epoch() const { return impl_->epoch(); }
-std::uint64_t Client::diverged_servers_seen() const { return impl_->diverged_seen(); }
+std::uint64_t Client::diverged_servers_seen() const {
+  auto n = impl_->diverged_seen();
+  for (const auto& s : impl_->shards->all()) n += s->diverged_seen();
+  return n;
+}
+std::size_t Client::sessions() const { return 1 + impl_->shards->all().size(); }
+std::vector<std::size_t> Client::seated_watch_bytes() const {
+  std::vector<std::size_t> out{impl_->seated_bytes()};
+  for (const auto& s : impl_->shards->all()) out.push_back(s->seated_bytes());
+  return out;
+}
 
 std::chrono::milliseconds Client::Impl::wait_check_period() const {
   const auto want = opts.wait_check > 0ms ? opts.wait_check : negotiated();

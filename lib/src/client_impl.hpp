@@ -60,6 +60,7 @@
 namespace zklock {
 namespace detail {
 struct AttemptTables;
+class SessionShards;
 }
 
 // Session events seen by recipes. validity_expired: valid_until() passed —
@@ -100,10 +101,22 @@ class AclList {
 struct Client::Impl {
   using ListenerId = Client::ListenerId;
   explicit Impl(ClientOptions o);
+  // Another session behind the same Client (session_pool.hpp, invariant 3):
+  // `primary`'s options, server settings and attempt tables; epochs
+  // `index` << 32 onwards.
+  Impl(const Impl& primary, std::uint32_t index);
   ~Impl();
 
   void start();          // creates the first handle and waits (throws)
-  void shutdown();       // idempotent; closes everything
+  void shutdown();       // idempotent; closes everything (the other sessions too)
+
+  // --- the watch budget (session_pool.hpp) ---
+  // Seats `bytes` of a lock attempt's watches on this session if they fit
+  // under ClientOptions::watch_budget_bytes; unseat() gives them back.
+  bool try_seat(std::size_t bytes);
+  void seat_unchecked(std::size_t bytes) { seated_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
+  void unseat(std::size_t bytes) { seated_bytes_.fetch_sub(bytes, std::memory_order_relaxed); }
+  std::size_t seated_bytes() const { return seated_bytes_.load(std::memory_order_relaxed); }
 
   // --- op plumbing (async_op.cpp) ---
   // A callable borrowed for the length of one issue() call: no allocation.
@@ -132,7 +145,8 @@ struct Client::Impl {
   // What this client holds now (diagnostics and tests): watch callbacks of
   // the current session not yet fired (one per watching call, as the C
   // client keeps them), requests not yet answered, and timers not yet run.
-  // After use, each must come back to what an idle client holds.
+  // After use, each must come back to what an idle client holds. A Client's
+  // first session counts every session behind the Client.
   struct Census {
     std::size_t watches = 0, requests = 0, timers = 0;
   };
@@ -265,6 +279,8 @@ struct Client::Impl {
   // The lock recipe's tables for this client (attempt_tables.hpp). Declared
   // before the handle and the executor, so it outlives their last callbacks.
   const std::shared_ptr<detail::AttemptTables> attempt_tables;
+  // The sessions beyond this one: set on a Client's first session only.
+  const std::unique_ptr<detail::SessionShards> shards;
 
   // state, guarded by mu_
   mutable std::mutex mu_;
@@ -321,8 +337,10 @@ struct Client::Impl {
   // taken before recipe locks (report_lapse_locked emits under it).
   std::atomic<bool> validity_refused_{false};
   ServerSettings settings_;  // written by start() before the first handle, then read only
+  bool settings_given_ = false;  // another session's (session_pool.hpp): start() reads none
   std::atomic<std::uint64_t> heartbeat_writes_{0};
   std::atomic<std::uint64_t> diverged_seen_{0};
+  std::atomic<std::size_t> seated_bytes_{0};
   std::atomic<Clock::rep> heartbeat_period_{std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(1)).count()};
   Clock::rep lapse_reported_for_ = Clock::time_point::min().time_since_epoch().count();  // GUARDED_BY(bound_mu_)
 

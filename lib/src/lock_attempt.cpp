@@ -52,8 +52,8 @@ Holder LockAttempt::holder() const {
   return Holder{owner_, req_.options.priority, req_.options.description, req_.policy};
 }
 
-LockAttempt::LockAttempt(Client& client, AttemptRequest request, Done done)
-    : client_(&client), impl_(ClientAccess::impl(client).get()), impl_ref_(ClientAccess::impl(client)),
+LockAttempt::LockAttempt(Client& client, Seat seat, AttemptRequest request, Done done)
+    : client_(&client), impl_(seat.session().get()), seat_(std::move(seat)),
       req_(std::move(request)), done_(std::move(done)) {
   owner_ = owner_for(client, req_.options);
   guid_ = protocol::new_guid();
@@ -79,7 +79,11 @@ void LockAttempt::start(Client& client, AttemptRequest request, Done done) {
   // The one check of "exclusive only": a reader never retains.
   if (request.mode != Mode::exclusive) request.retain = std::chrono::milliseconds::zero();
   if (retake_from_slot(request, done)) return;
-  auto self = std::make_shared<LockAttempt>(client, std::move(request), std::move(done));
+  // The session with room for its watches (session_pool.hpp); a re-take
+  // above stays on its node's.
+  const auto& primary = ClientAccess::impl(client);
+  auto seat = primary->shards->seat(primary, attempt_watch_bytes(primary->opts, request.lock_path));
+  auto self = std::make_shared<LockAttempt>(client, std::move(seat), std::move(request), std::move(done));
   if (!self->enter_registry()) {
     throw Error(Errc::would_deadlock, "owner '" + self->owner_ + "' already holds or waits for " +
                                           self->req_.lock_path + " in this process (zklock locks are not re-entrant)");

@@ -24,7 +24,9 @@
 //  (2) Requests go out only on the session the attempt started on (`epoch_`):
 //      each is pinned to it (Client::Impl::issue), so one racing the
 //      session's replacement is refused, not sent on the successor; the
-//      machine is then told the session is over.
+//      machine is then told the session is over. That session is one of
+//      the Client's (`seat_`: the first with room for the attempt's
+//      watches, session_pool.hpp); a re-take stays on its node's.
 //  (3) While the machine is not finished() after its outcome (a node of ours
 //      may remain), the client's timer thread keeps the attempt alive.
 //  (4) Retained leases: one attempt serves every grant of its node (the
@@ -66,6 +68,7 @@
 #include "client_impl.hpp"
 #include "clock.hpp"
 #include "lock_machine.hpp"
+#include "session_pool.hpp"
 #include "zklock/lease.hpp"
 #include "zklock/options.hpp"
 
@@ -121,7 +124,8 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   // Which grant of its attempt's node `lease` is: above 1, a re-take.
   static std::uint64_t grant_of(const Lease& lease) { return lease.grant_; }
 
-  LockAttempt(Client& client, AttemptRequest request, Done done);
+  // `seat`: the session the attempt runs on (session_pool.hpp).
+  LockAttempt(Client& client, Seat seat, AttemptRequest request, Done done);
   ~LockAttempt();
 
   // --- the Lease's view; `grant` is the lease's grant number (invariant 4) ---
@@ -204,8 +208,8 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
 
   // --- immutable after construction ---
   Client* client_;
-  Client::Impl* impl_;
-  std::shared_ptr<Client::Impl> impl_ref_;
+  Client::Impl* impl_;  // seat_'s session
+  Seat seat_;
   AttemptRequest req_;
   std::string owner_;
   std::string guid_;

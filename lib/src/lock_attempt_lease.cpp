@@ -41,7 +41,7 @@ void LockAttempt::release(std::uint64_t grant) noexcept {
 
 void LockAttempt::release_async(std::uint64_t grant, std::function<void()> done) noexcept {
   try {
-    auto post = [impl = impl_ref_, done = std::move(done)] {
+    auto post = [impl = seat_.session(), done = std::move(done)] {
       if (done) impl->post_user(done);
     };
     if (!start_release(grant, post)) post();

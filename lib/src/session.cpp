@@ -10,6 +10,7 @@
 
 #include "attempt_tables.hpp"
 #include "client_impl.hpp"
+#include "session_pool.hpp"
 #include "zk_log.hpp"
 
 namespace zklock {
@@ -117,6 +118,7 @@ Client::Impl::Impl(ClientOptions o)
       opts(std::move(o)),
       owner_prefix(opts.owner_prefix.empty() ? hostname() + "/" + std::to_string(getpid()) : opts.owner_prefix),
       attempt_tables(std::make_shared<detail::AttemptTables>()),
+      shards(std::make_unique<detail::SessionShards>()),
       acl_(opts),
       // Timer tasks run as zklock callbacks of the current session (of none
       // while closing), so synchronous calls refuse there.
@@ -124,6 +126,21 @@ Client::Impl::Impl(ClientOptions o)
         CallbackScope scope(draining ? 0 : epoch_.load());
         task();
       }) {}
+
+Client::Impl::Impl(const Impl& primary, std::uint32_t index)
+    : log(primary.log),
+      opts(primary.opts),
+      owner_prefix(primary.owner_prefix),
+      attempt_tables(primary.attempt_tables),
+      acl_(opts),
+      executor_(log, [this](const Executor::Task& task, bool draining) {
+        CallbackScope scope(draining ? 0 : epoch_.load());
+        task();
+      }) {
+  settings_ = primary.settings_;
+  settings_given_ = true;
+  epoch_.store(std::uint64_t{index} << 32);
+}
 
 Client::Impl::~Impl() { shutdown(); }
 
@@ -208,7 +225,7 @@ bool Client::Impl::validity_params(detail::ValidityParams* out) {
 void Client::Impl::start() {
   set_zk_c_logger(log);
   const auto began = Clock::now();
-  read_server_settings();  // its time counts against connect_timeout
+  if (!settings_given_) read_server_settings();  // its time counts against connect_timeout
   executor_.start();
   try {
     // Opened under the exclusive lock: the first session event may arrive
@@ -235,6 +252,9 @@ void Client::Impl::start() {
 }
 
 void Client::Impl::shutdown() {
+  // The other sessions first: their attempts' last callbacks may still be
+  // posted to this session's callback thread (start_async).
+  if (shards) shards->shutdown();
   if (closing_.exchange(true)) return;
   std::unique_ptr<Handle> h;
   {

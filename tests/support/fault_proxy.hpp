@@ -8,6 +8,7 @@
 // reconnect before it expires anyone).
 #pragma once
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -194,6 +195,14 @@ class FaultProxy {
     return it == answered_.end() ? 0 : it->second;
   }
 
+  // The longest request frame of ZooKeeper opcode `op` (wire::kSetWatches,
+  // ...) passed to a server so far, length prefix included; 0 for none.
+  std::size_t largest_request(std::int32_t op) const {
+    std::lock_guard lk(mu_);
+    const auto it = largest_request_.find(op);
+    return it == largest_request_.end() ? 0 : it->second;
+  }
+
  private:
   struct Pair {
     int client = -1, server = -1;
@@ -316,6 +325,9 @@ class FaultProxy {
       if (p.handshaken) {  // remembered for its answer (forward_replies)
         const auto op = static_cast<std::int32_t>(be32(frame.data() + 8));
         if (auto h = wire::request_head(frame, path_first(op)); h && h->path) p.asked[h->xid] = {h->type, *h->path};
+        std::lock_guard lk(mu_);
+        auto& largest = largest_request_[op];
+        largest = std::max(largest, frame.size());
       }
       p.handshaken = true;
       if (!write_all(p.server, frame.data(), static_cast<ssize_t>(frame.size()))) {
@@ -572,6 +584,7 @@ class FaultProxy {
   bool drop_armed_ = false, ghost_armed_ = false;                  // GUARDED_BY(mu_)
   WireCounts wire_;                                                // GUARDED_BY(mu_)
   std::map<std::pair<std::int32_t, std::string>, std::uint64_t> answered_;  // GUARDED_BY(mu_)
+  std::map<std::int32_t, std::size_t> largest_request_;  // GUARDED_BY(mu_)
   std::thread thread_;
 };
 

@@ -1,6 +1,8 @@
 // zklock::Client — one ZooKeeper session, kept alive and accounted for.
 //
-// A Client owns the C client's zhandle_t and everything hanging off it. It
+// A Client owns the C client's zhandle_t and everything hanging off it.
+// (Lock attempts whose watches would not fit one session's re-arm request
+// go to more sessions behind the same Client: ClientOptions::watch_budget_bytes.) It
 // reports connection states to listeners, re-establishes a new session by
 // itself after expiry (every lease of the old one is lost), and maintains a
 // validity bound that does not trust the network:
@@ -32,6 +34,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -104,6 +107,17 @@ struct ClientOptions {
   // ahead, up to 8 times. Zero: the negotiated session timeout; at least
   // 500 ms either way. docs/design.md, "The waiting watchdog".
   std::chrono::milliseconds wait_check{0};
+  // The most a session's watches may take in the request that re-arms them
+  // on every reconnect (SetWatches: each watched path as 4 bytes plus its
+  // length, with the chroot). A server closes a connection whose request is
+  // longer than its jute.maxbuffer (1 MB by default), and a session that
+  // cannot re-arm its watches never reconnects. Keep it at most half the
+  // servers' jute.maxbuffer. Lock attempts that would pass it go to another
+  // session behind this Client, opened when needed (Client::sessions); the
+  // watches of the operations below (get_async, children_async, stat_async)
+  // are the caller's to budget. At least 4 KiB. docs/operations.md,
+  // "Watches and jute.maxbuffer".
+  std::size_t watch_budget_bytes = 512 * 1024;
   // The least severe of the C client's own log lines passed on to `logger`.
   LogLevel zk_log_level = LogLevel::warn;
   // spdlog logger name used by zklock ("zklock").
@@ -202,6 +216,15 @@ class Client {
   // node that the leader says is gone (ClientOptions::wait_check): the
   // server has diverged from the quorum. Logged at warning each time.
   std::uint64_t diverged_servers_seen() const;
+  // How many ZooKeeper sessions this Client runs: its own, and one more for
+  // each ClientOptions::watch_budget_bytes of lock attempts' watches under
+  // way. state(), session_id(), listeners and the operations below concern
+  // its own session; a lease's valid() and loss concern the session its node
+  // is on.
+  std::size_t sessions() const;
+  // The watch bytes seated on each session, its own first (see
+  // ClientOptions::watch_budget_bytes: an upper bound of what a reconnect re-arms).
+  std::vector<std::size_t> seated_watch_bytes() const;
   std::chrono::milliseconds negotiated_timeout() const;
   // See the file comment. In the past while no session is known to be alive.
   std::chrono::steady_clock::time_point valid_until() const;
