@@ -4,7 +4,7 @@
 //
 //   zklock-bench [--quick] [--runs N] [--connect HOST:PORT] [--only a,b]
 //                [--json FILE] [--detector-dirs N] [--detector-locks-per-dir N]
-//                [--drain 100,1000,5000]
+//                [--drain 100,1000,5000] [--restart-dirs N]
 //
 // Without --connect a standalone ZooKeeper is started for the run through
 // the test harness (tests/support/zk_harness.hpp) and stopped at the end.
@@ -34,7 +34,8 @@ namespace {
 
 const std::vector<std::string> kScenarios = {"uncontended", "ops",     "contended", "drain",
                                              "pipelined",   "handoff", "fence",     "detector",
-                                             "retained",    "services", "platform"};
+                                             "retained",    "services", "platform",
+                                             "restart"};
 
 zb::Figures run_scenario(const std::string& name, const zb::Env& env, const zb::Sizes& s) {
   if (name == "uncontended") return zb::uncontended(env, s);
@@ -48,6 +49,7 @@ zb::Figures run_scenario(const std::string& name, const zb::Env& env, const zb::
   if (name == "retained") return zb::retained(env, s);
   if (name == "services") return zb::services(env, s);
   if (name == "platform") return zb::platform(env, s);
+  if (name == "restart") return zb::restart(env, s);
   throw std::invalid_argument("unknown scenario " + name);
 }
 
@@ -142,12 +144,14 @@ int main(int argc, char** argv) {
   app.add_option("--connect", connect, "use this server (host:port, mntr allowed) instead of starting one");
   int server_pid = 0;
   app.add_option("--server-pid", server_pid, "with --connect: the server's process, for its CPU time (platform)");
-  app.add_option("--only", only, "comma-separated scenarios: uncontended,ops,contended,drain,pipelined,handoff,fence,detector,retained,services,platform");
+  app.add_option("--only", only, "comma-separated scenarios: uncontended,ops,contended,drain,pipelined,handoff,fence,detector,retained,services,platform,restart");
   app.add_option("--json", json_file, "write the results as JSON to this file");
   app.add_option("--drain", drain_sizes, "drain queue sizes (default 100 1000 5000)")->delimiter(',');
   app.add_option("--detector-dirs", det_dirs, "detector: directories (default 100)");
   app.add_option("--detector-locks-per-dir", det_locks, "detector: held locks per directory (default 500)");
   app.add_option("--detector-waiters", det_waiters, "detector: waiting nodes (default 1000)");
+  int restart_dirs = 0;
+  app.add_option("--restart-dirs", restart_dirs, "restart: lock dirs, one held node each (default 100000)");
   app.add_flag("-v,--verbose", verbose, "log zklock and detector info messages");
   try {
     app.parse(argc, argv);
@@ -162,6 +166,7 @@ int main(int argc, char** argv) {
     if (det_dirs > 0) sizes.detector_dirs = det_dirs;
     if (det_locks > 0) sizes.detector_locks_per_dir = det_locks;
     if (det_waiters >= 0) sizes.detector_waiters = det_waiters;
+    if (restart_dirs > 0) sizes.restart_dirs = restart_dirs;
     if (runs <= 0) runs = quick ? 1 : 3;
     std::vector<std::string> selected;
     if (only.empty()) {

@@ -20,6 +20,7 @@ Sizes Sizes::quick() {
   s.detector_locks_per_dir = 50;
   s.detector_waiters = 40;
   s.detector_cycles = 2;
+  s.restart_dirs = 2000;
   s.retakes = 2000;
   s.services_sessions = 20;
   s.services_waiters = 4;

@@ -48,6 +48,8 @@ struct Sizes {
   int detector_locks_per_dir = 500;
   int detector_waiters = 1000;
   int detector_cycles = 10;
+  // Restart at scale (restart.cpp): lock dirs, one held node each.
+  int restart_dirs = 100000;
   // Retained leases (retained.cpp): local re-takes of one lock, then `services`.
   int retakes = 100000;
   int services_sessions = 200;
@@ -69,6 +71,7 @@ Figures detector_at_scale(const Env& env, const Sizes& s);  // detector_scale.cp
 Figures retained(const Env& env, const Sizes& s);           // retained.cpp
 Figures services(const Env& env, const Sizes& s);           // retained.cpp
 Figures platform(const Env& env, const Sizes& s);           // platform.cpp
+Figures restart(const Env& env, const Sizes& s);            // restart.cpp (its own server)
 
 // The server's last zxid (`srvr`): one per committed write transaction.
 std::int64_t server_zxid(const Env& env);  // retained.cpp

@@ -44,6 +44,7 @@ Daemon::Daemon(DetectorConfig config) : config_(std::move(config)) {
   co.session_timeout = config_.session_timeout;
   co.connect_timeout = config_.connect_timeout;
   co.credentials = config_.credentials;
+  co.watch_budget_bytes = config_.watch_budget_bytes;
   client_ = std::make_unique<Client>(co);
   metrics_.set_connected(client_->connected());
   metrics_.set_scan_interval(std::chrono::duration<double>(config_.interval).count());

@@ -139,6 +139,10 @@ int main(int argc, char** argv) {
       ->check(kDuration)->capture_default_str();
   app.add_option("--max-children", cfg.max_children, "Directories with more children are logged and skipped")
       ->capture_default_str();
+  app.add_option("--watch-budget-bytes", cfg.watch_budget_bytes,
+                 "Watched path bytes per ZooKeeper session; the mirror opens more sessions beyond it "
+                 "(keep it below the servers' jute.maxbuffer)")
+      ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   cfg.interval = *parse_duration(interval);

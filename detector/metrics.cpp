@@ -228,6 +228,10 @@ std::string Metrics::render() const {
          "Full re-lists of the lock tree (periodic and after a new session).", "counter");
   sample(out, "zklock_detector_mirror_skipped_dirs_total", static_cast<double>(mirror_.skipped_dirs),
          "Directories skipped: too many children, no READ permission, or too deep.", "counter");
+  sample(out, "zklock_detector_mirror_sessions", static_cast<double>(mirror_.session_watch_bytes.size()),
+         "ZooKeeper sessions the mirror watches through (the daemon's own included).");
+  sample(out, "zklock_detector_mirror_max_session_watch_bytes", static_cast<double>(mirror_.max_session_watch_bytes()),
+         "Watched path bytes of the mirror's fullest session (its SetWatches on reconnect).");
   sample(out, "zklock_detector_mirror_bad_node_data_total", static_cast<double>(mirror_.bad_data),
          "Lock nodes whose data was malformed, oversized or named another owner.", "counter");
   return out;

@@ -8,26 +8,28 @@ namespace zklock::detector {
 Mirror::Mirror(Client& client, MirrorOptions options)
     : core_(std::make_shared<Core>(client, std::move(options))) {}
 
+// The opened Clients are closed here, on the caller's thread: never in a
+// callback of their own, and only once no pump is issuing on them (their
+// pending callbacks then run with Errc::closing and find the core stopped).
 Mirror::~Mirror() {
-  {
-    std::lock_guard lock(core_->mu);
-    core_->stopped = true;
-    core_->queue.clear();
-  }
-  if (core_->listener) core_->client.remove_listener(core_->listener);
+  std::vector<std::unique_ptr<Client>> owned;
+  const auto listeners = core_->stop(owned);
+  if (opener_.joinable()) opener_.join();
+  for (const auto& [client, id] : listeners) client->remove_listener(id);
+  owned.clear();
 }
 
 void Mirror::start() {
-  std::weak_ptr<Core> weak = core_;
-  const auto epoch = core_->client.session_epoch();
-  core_->listener = core_->client.add_listener([weak, epoch](ConnectionState s) {
-    if (s != ConnectionState::connected) return;
-    if (auto core = weak.lock()) {
-      if (core->client.session_epoch() == epoch) return;  // the session start() already mirrors
-      core->log->info("mirror: new ZooKeeper session: re-mirroring {}", core->opt.root);
-      core->restart_all(Core::Restart::new_session);
-    }
-  });
+  {
+    std::lock_guard lock(core_->mu);
+    core_->sessions[0]->epoch = core_->client.session_epoch();  // the session start() mirrors
+  }
+  const auto listener = core_->listen(core_->client, 0);
+  {
+    std::lock_guard lock(core_->mu);
+    core_->sessions[0]->listener = listener;
+  }
+  opener_ = std::thread([core = core_] { core->open_sessions(); });
   core_->restart_all(Core::Restart::start);
 }
 
@@ -53,7 +55,8 @@ MirrorStats Mirror::stats() const {
   auto s = core_->stats;
   s.dirs = core_->dirs.size();
   s.nodes = core_->nodes.size();
-  s.pending = core_->queue.size() + core_->inflight;
+  s.pending = core_->queue.size() + core_->inflight + core_->parked.size();
+  for (const auto& session : core_->sessions) s.session_watch_bytes.push_back(session->bytes);
   return s;
 }
 

@@ -24,12 +24,17 @@ void Mirror::Core::forget_subtree(const std::string& path) {
   auto it = dirs.find(path);
   if (it == dirs.end()) return;
   drop_content(path, it->second);
+  release_dir(path, it->second);
   dirs.erase(path);
 }
 
 void Mirror::Core::apply_list(const Work& w, Status s, const std::vector<std::string>& children) {
   auto it = dirs.find(w.path);
-  if (it == dirs.end()) return;  // forgotten while the list was in flight
+  if (it == dirs.end() || it->second.session != w.session) {
+    // Forgotten while the list was in flight: a failed list armed no watch.
+    if (w.watch && !s.ok()) release_orphan(w.session, w.path);
+    return;
+  }
   Dir& d = it->second;
   d.listing = false;
   if (!s.ok() && w.watch) d.watch_armed = false;  // a failed read registers no watch
@@ -49,7 +54,7 @@ void Mirror::Core::apply_list(const Work& w, Status s, const std::vector<std::st
   } else if (s.is(Errc::no_node)) {
     if (w.path == opt.root) {
       drop_content(w.path, d);
-      queue.push_back({Work::watch_root, w.path, generation});
+      queue.push_back({Work::watch_root, w.path, d.session, sessions[d.session]->generation});
     } else {
       forget_subtree(w.path);  // the parent's watch reports the deletion too
       return;
@@ -62,7 +67,11 @@ void Mirror::Core::apply_list(const Work& w, Status s, const std::vector<std::st
     d.skipped = true;
     drop_content(w.path, d);
   } else {
-    log->debug("mirror: listing {} failed: {}; retried at the next resync", w.path, errc_name(s.code()));
+    // Retried when the session reconnects (a lost connection), else at the
+    // next resync.
+    sessions[w.session]->retry.push_back(w.path);
+    log->debug("mirror: listing {} failed: {}; retried on reconnect or at the next resync", w.path,
+               errc_name(s.code()));
   }
   if (d.relist) {
     d.relist = false;
@@ -114,7 +123,7 @@ void Mirror::Core::read_contended(const std::string& path, const Dir& d) {
   if (d.locks.size() < 2) return;
   for (const auto& name : d.locks) {
     const auto full = child_path(path, name);
-    if (auto it = nodes.find(full); it != nodes.end()) enqueue_get(full, it->second);
+    if (auto it = nodes.find(full); it != nodes.end()) enqueue_get(full, it->second, d);
   }
 }
 
@@ -123,7 +132,7 @@ void Mirror::Core::on_get(const Work& w, Status s, const std::string& data, cons
   {
     std::lock_guard lock(mu);
     --inflight;
-    if (!stopped && w.generation == generation) {
+    if (current(w)) {
       auto it = nodes.find(w.path);
       if (it != nodes.end()) {
         Node& n = it->second;
@@ -150,6 +159,7 @@ void Mirror::Core::on_get(const Work& w, Status s, const std::string& data, cons
           if (auto d = dirs.find(lock_path); d != dirs.end()) d->second.locks.erase(name);
           erase_node(lock_path, name);
         } else {
+          sessions[w.session]->retry.push_back(n.lock);  // its listing reads it again
           log->debug("mirror: reading {} failed: {}; retried at the next listing of its lock path", w.path,
                      errc_name(s.code()));
         }

@@ -68,6 +68,9 @@ struct DetectorConfig {
   // first time after min(10 s, prune_interval)).
   std::chrono::milliseconds prune_interval{60000};
   std::size_t max_children = 100'000;
+  // Watched bytes per ZooKeeper session (ClientOptions::watch_budget_bytes):
+  // the mirror opens more sessions rather than exceed it.
+  std::size_t watch_budget_bytes = ClientOptions{}.watch_budget_bytes;
   std::shared_ptr<spdlog::logger> log;  // default: spdlog's default logger
 };
 

@@ -27,8 +27,23 @@
 // costs in proportion to contended queues, not to held locks.
 //
 // resync() re-lists every directory (a safety net; it arms no second watch
-// where one is armed). A new session (after expiry) loses every watch: the
-// mirror re-lists everything on its own.
+// where one is armed).
+//
+// Watches are spread over sessions. On reconnect the 3.8 C client re-arms
+// every watch of a session in one SetWatches packet, and the server closes
+// a connection whose packet exceeds its jute.maxbuffer: a session watching
+// too many paths never reconnects. So each directory is assigned, when the
+// mirror first meets it, to one session whose watched bytes (4 + length of
+// chroot + path per watch, as in SetWatches) stay within the Client's
+// ClientOptions::watch_budget_bytes; the mirror opens further Clients with
+// the same options as needed (first the one it is given, then its own, on
+// a background thread), and a directory's listing, watch and node reads all
+// stay on its session while that session lives. A session that is replaced
+// after expiry has lost its watches: the mirror re-lists that session's
+// directories only (the others are untouched). A reconnect of the same
+// session needs little: the C client re-arms the watches that were set, and
+// the mirror lists again only the directories whose list or node read
+// failed with the lost connection (their watch was never set).
 //
 // Bad input is logged and skipped, never fatal: foreign child names are
 // treated as directories (up to max_depth); lock nodes with malformed or
@@ -36,15 +51,16 @@
 // from the owner key in their name; directories with more than max_children
 // children, or without READ permission, are skipped until the next resync.
 //
-// Reads are bounded: at most max_inflight operations are outstanding; the
-// rest wait in a queue (a first sync of a large tree does not flood the
-// connection). MirrorStats::load_seconds times a load: from start(), or from
-// a new session's re-mirror, until the mirror is next idle.
+// Reads are bounded: at most max_inflight operations are outstanding, over
+// all sessions; the rest wait in a queue (a first sync of a large tree, or
+// a replaced session's re-list, does not flood the connections).
+// MirrorStats::load_seconds times a load: from start(), or from a replaced
+// session's re-list, until the mirror is next idle.
 //
-// Thread-safety: all methods may be called from any thread except a Client
-// callback. Client callbacks only update memory and issue further async
-// reads; the listener `on_node_added` runs on the completion thread and must
-// be cheap.
+// Thread-safety: all methods, the destructor included, may be called from
+// any thread except a Client callback. Client callbacks only update memory
+// and issue further async reads; the listener `on_node_added` runs on a
+// completion thread and must be cheap.
 #pragma once
 
 #include <chrono>
@@ -52,6 +68,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <spdlog/logger.h>
@@ -78,18 +95,29 @@ struct MirrorStats {
   std::size_t nodes = 0;           // lock nodes mirrored
   std::size_t pending = 0;         // reads queued or in flight
   std::uint64_t ops_issued = 0;    // ZooKeeper reads since start
-  std::uint64_t resyncs = 0;       // full re-lists (periodic and after a new session)
+  std::uint64_t resyncs = 0;       // re-lists: periodic full ones, and one per replaced session
   std::uint64_t skipped_dirs = 0;  // directories skipped (oversized, NOAUTH, too deep)
   std::uint64_t bad_data = 0;      // lock nodes whose data did not decode
   // Seconds from start() (or the last new session's re-mirror) until the
   // mirror was first idle after it; 0 until then.
   double load_seconds = 0;
+  // Budgeted watch bytes of each session the mirror uses ([0]: the Client
+  // it was given): directories assigned to it plus watches of forgotten
+  // directories that have not fired yet.
+  std::vector<std::size_t> session_watch_bytes;
+  std::size_t max_session_watch_bytes() const {
+    std::size_t m = 0;
+    for (auto b : session_watch_bytes) m = b > m ? b : m;
+    return m;
+  }
 };
 
 class Mirror {
  public:
   // REQUIRES: `client` outlives the Mirror. Nothing is read before start().
   Mirror(Client& client, MirrorOptions options);
+  // Closes the sessions the mirror opened (after waiting, bounded by the
+  // connect timeout, for one being opened).
   ~Mirror();
   Mirror(const Mirror&) = delete;
   Mirror& operator=(const Mirror&) = delete;
@@ -116,6 +144,7 @@ class Mirror {
 
  private:
   std::shared_ptr<Core> core_;
+  std::thread opener_;  // opens sessions when every open one is full
 };
 
 }  // namespace zklock::detector
