@@ -107,6 +107,7 @@ bool Client::connected() const { return impl_->connected(); }
 std::int64_t Client::session_id() const { return impl_->session_id(); }
 std::uint64_t Client::session_epoch() const { return impl_->epoch(); }
 std::uint64_t Client::diverged_servers_seen() const { return impl_->diverged_seen(); }
+std::uint64_t Client::reconnect_loops_seen() const { return impl_->reconnect_loops_seen(); }
 
 std::chrono::milliseconds Client::Impl::wait_check_period() const {
   const auto want = opts.wait_check > 0ms ? opts.wait_check : negotiated();
