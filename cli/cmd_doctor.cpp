@@ -2,7 +2,8 @@
 // server's version and mode (the `srvr` four-letter word), the ensemble id,
 // the negotiated session timeout, the root, permissions, whether a
 // deadlock detector leads, and lock heads that have kept others waiting for
-// --head-threshold or longer ("head not taking the lock", cli/lock_heads.hpp).
+// --head-threshold or longer ("head not taking the lock", cli/lock_heads.hpp),
+// and whether the doctor's own session stayed connected (a reconnect loop fails).
 //
 // Exit status: 69 when no session can be opened, 1 when a check fails,
 // 0 otherwise (warnings included: a long-lived head is a warning, since a
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <iostream>
@@ -216,6 +218,11 @@ std::vector<Check> run_checks(const GlobalOptions& g, milliseconds head_threshol
   const auto took = std::chrono::duration_cast<milliseconds>(SteadyClock::now() - started);
   checks.push_back({"session", "ok", "session " + session_hex(client->session_id()) + " established in " +
                                          humanize_age(took)});
+  // Counted for the last check (session stability): connections this session lost meanwhile.
+  auto drops = std::make_shared<std::atomic<int>>(0);
+  client->add_listener([drops](ConnectionState s) {
+    if (s == ConnectionState::suspended) drops->fetch_add(1);
+  });
 
   // 3. Negotiated session timeout.
   {
@@ -316,6 +323,28 @@ std::vector<Check> run_checks(const GlobalOptions& g, milliseconds head_threshol
     } catch (const Error& e) {
       checks.push_back({"lock heads", "fail", e.what()});
     }
+  }
+
+  // 9. Session stability, for this session over the checks above: a
+  // connection lost is a warning, a reconnect loop (Client::
+  // reconnect_loops_seen: connections closing before any answer for a
+  // session timeout; docs/operations.md, "A reconnect loop") a failure.
+  {
+    const auto lived = std::chrono::duration_cast<milliseconds>(SteadyClock::now() - started);
+    const auto loops = client->reconnect_loops_seen();
+    const int lost = drops->load();
+    Check c{"session stability", "ok", "no connection lost in " + humanize_age(lived)};
+    if (loops > 0) {
+      c.status = "fail";
+      c.detail = std::to_string(loops) + " reconnect loop(s): connections kept closing before any answer for a "
+                 "session timeout, and the session was ended (docs/operations.md, \"A reconnect loop\")";
+    } else if (lost > 0) {
+      c.status = "warn";
+      c.detail = std::to_string(lost) + " connection(s) lost in " + humanize_age(lived) + " (the session survived)";
+    }
+    c.fields["connections_lost"] = lost;
+    c.fields["reconnect_loops"] = loops;
+    checks.push_back(std::move(c));
   }
 
   if (std::any_of(checks.begin(), checks.end(), [](const Check& c) { return c.status == "fail"; })) {

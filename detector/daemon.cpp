@@ -95,11 +95,6 @@ Daemon::~Daemon() {
   client_.reset();
 }
 
-std::string Daemon::health() const {
-  if (!client_->connected()) return "not connected to ZooKeeper";
-  return {};
-}
-
 void Daemon::schedule(Clock::time_point due) {
   std::lock_guard lock(mu_);
   due_.insert(due);
@@ -145,6 +140,7 @@ void Daemon::run() {
       if (!election_->candidate_node()) election_->recheck();
       next_resync = now + config_.resync_interval;
     }
+    if (now >= next_tick) probe();  // once per interval: what /healthz measures
     try {
       scan_once();
     } catch (const std::exception& e) {

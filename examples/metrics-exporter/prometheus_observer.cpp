@@ -102,6 +102,11 @@ void PrometheusObserver::diverged_server(std::string_view, std::string_view) {
   ++diverged_;
 }
 
+void PrometheusObserver::reconnect_loop(std::int64_t, std::string_view) {
+  std::lock_guard lk(mu_);
+  ++reconnect_loops_;
+}
+
 void PrometheusObserver::cycle_done() {
   std::lock_guard lk(mu_);
   ++cycles_;
@@ -122,6 +127,8 @@ std::string PrometheusObserver::render() const {
           "Times the session's validity bound passed without a committed write raising it.");
   counter(out, "zklock_client_diverged_servers_total", diverged_,
           "Waits that found their server listing a lock node the leader says is gone.");
+  counter(out, "zklock_client_reconnect_loops_total", reconnect_loops_,
+          "Sessions ended because their connections kept closing before any answer for a session timeout.");
   histogram(out, "zklock_client_acquire_wait_seconds", wait_,
             "Time from the start of an acquisition to its grant or failure.");
   histogram(out, "zklock_client_hold_seconds", hold_, "Time from a grant to its release.");

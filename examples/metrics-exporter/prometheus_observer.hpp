@@ -40,6 +40,7 @@ class PrometheusObserver final : public zklock::LockObserver {
   void lost(std::string_view lock_path, zklock::LossReason reason) override;
   void validity_lapsed(std::int64_t session_id) override;
   void diverged_server(std::string_view lock_path, std::string_view detail) override;
+  void reconnect_loop(std::int64_t session_id, std::string_view cause) override;
 
   // The exporter's own loop: cycles it completed.
   void cycle_done();
@@ -51,7 +52,7 @@ class PrometheusObserver final : public zklock::LockObserver {
   Histogram wait_;  // GUARDED_BY(mu_): granted and failed acquisitions
   Histogram hold_;  // GUARDED_BY(mu_)
   std::uint64_t started_ = 0, grants_round_trip_ = 0, grants_retained_ = 0, releases_ = 0, lapses_ = 0,
-                diverged_ = 0, cycles_ = 0;                          // GUARDED_BY(mu_)
+                diverged_ = 0, reconnect_loops_ = 0, cycles_ = 0;    // GUARDED_BY(mu_)
   std::map<std::string, std::uint64_t> failures_;    // GUARDED_BY(mu_): by errc_name
   std::map<std::string, std::uint64_t> losses_;      // GUARDED_BY(mu_): by loss_reason_name
 };

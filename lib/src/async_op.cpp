@@ -25,6 +25,21 @@ bool quorum_committed(int rc) {
   }
 }
 
+bool server_answered(int rc) {
+  if (rc == ZOK) return true;
+  if (rc > ZAPIERROR) return false;  // system errors: all the C client's (ZCONNECTIONLOSS, ZOPERATIONTIMEOUT, ...)
+  switch (rc) {
+    case ZCLOSING:           // zookeeper_close
+    case ZSESSIONEXPIRED:    // the handle's state after expiry
+    case ZAUTHFAILED:        // the handle's state after a failed auth
+    case ZINVALIDCALLBACK:
+    case ZNOTHING:
+      return false;
+    default:
+      return true;
+  }
+}
+
 void link_pending(Handle* h, OpBase* op) {
   std::lock_guard lk(h->watches_mu);
   op->prev = nullptr;
@@ -137,6 +152,8 @@ int Client::Impl::issue(IssueFn fn, std::uint64_t session) {
   std::shared_lock lk(handle_mu_);
   if (handle_ == nullptr || closing_) return ZCLOSING;
   if (session != kAnySession && handle_->epoch != session) return ZSESSIONEXPIRED;
+  // Ended for a reconnect loop, not replaced yet: as good as expired.
+  if (handle_->abandoned.load(std::memory_order_relaxed)) return ZSESSIONEXPIRED;
   return fn(handle_->zh.get(), handle_.get());
 }
 

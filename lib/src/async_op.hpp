@@ -45,6 +45,11 @@ namespace zklock {
 // server), and ZNOAUTH (an eager ACL check on the follower answers it
 // without forwarding: ZooKeeperServer.authWriteRequest).
 bool quorum_committed(int rc);
+// True when `rc` is a server's answer to the request (ZOK or an API error a
+// server sends), not one the C client made up (connection loss, timeouts,
+// closing, session expired, ...): what shows that a connection carried an
+// answer (Handle::answered_on, the reconnect-loop rule).
+bool server_answered(int rc);
 
 struct OpBase {
   Client::Impl* impl = nullptr;
@@ -173,6 +178,7 @@ std::unique_ptr<Ctx> begin_completion(const void* data, int rc, bool watch_regis
   std::unique_ptr<Ctx> ctx(static_cast<Ctx*>(const_cast<void*>(data)));
   (void)ctx->published.load(std::memory_order_acquire);  // see OpBase::published
   untrack(ctx->h, ctx.get());
+  if (server_answered(rc)) ctx->h->note_answer();
   if (write && quorum_committed(rc)) ctx->impl->note_committed(ctx->h, ctx->sent, ctx->connection);
   if (!watch_registered) drop_watch(ctx->h, ctx->watch);
   else if (ctx->watch != nullptr) settle_abandoned(ctx->h, ctx->watch, ctx->watch_id);

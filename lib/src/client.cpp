@@ -122,6 +122,11 @@ std::vector<std::size_t> Client::seated_watch_bytes() const {
   for (const auto& s : impl_->shards->all()) out.push_back(s->seated_bytes());
   return out;
 }
+std::uint64_t Client::reconnect_loops_seen() const {
+  auto n = impl_->reconnect_loops_seen();
+  for (const auto& s : impl_->shards->all()) n += s->reconnect_loops_seen();
+  return n;
+}
 
 std::chrono::milliseconds Client::Impl::wait_check_period() const {
   const auto want = opts.wait_check > 0ms ? opts.wait_check : negotiated();

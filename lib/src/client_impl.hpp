@@ -179,6 +179,13 @@ struct Client::Impl {
   // (Client::diverged_servers_seen), told to the observer.
   void note_diverged(const std::string& lock_path, const std::string& detail);
   std::uint64_t diverged_seen() const { return diverged_seen_.load(); }
+  // Completion thread, at a session event that closes a connection of `h`:
+  // feeds the reconnect-loop rule (reconnect_loop.hpp). True when the session
+  // is looping: then `h` is abandoned, and the loop logged at error, counted
+  // (Client::reconnect_loops_seen) and told to the observer; the caller ends
+  // the session as after expiry (reconnect_loop.cpp).
+  bool connection_closed(Handle* h);
+  std::uint64_t reconnect_loops_seen() const { return reconnect_loops_.load(); }
   // The ensemble's settings the bound depends on, read at start (conf) or
   // given (ClientOptions::server_tick_time); tick 0 when neither worked.
   struct ServerSettings {
@@ -341,6 +348,7 @@ struct Client::Impl {
   std::atomic<std::uint64_t> heartbeat_writes_{0};
   std::atomic<std::uint64_t> diverged_seen_{0};
   std::atomic<std::size_t> seated_bytes_{0};
+  std::atomic<std::uint64_t> reconnect_loops_{0};
   std::atomic<Clock::rep> heartbeat_period_{std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(1)).count()};
   Clock::rep lapse_reported_for_ = Clock::time_point::min().time_since_epoch().count();  // GUARDED_BY(bound_mu_)
 

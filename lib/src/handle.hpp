@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "clock.hpp"
+#include "reconnect_loop.hpp"
 #include "zklock/client.hpp"
 
 namespace zklock {
@@ -52,6 +53,24 @@ struct Handle {
   // returns a static buffer the C client's I/O threads all write, and with
   // many clients in a process a read can be garbled, ZOOKEEPER-4810.)
   std::atomic<std::uint64_t> connection{0};
+  // The connection count at the latest answer a server gave to a request of
+  // ours (async_op.hpp, begin_completion): equal to the count of a connection
+  // that just closed iff that connection carried an answer. Stored by the
+  // completion thread, where session events also run, so the order is exact;
+  // relaxed, one store per answer.
+  std::atomic<std::uint64_t> answered_on{0};
+  void note_answer() noexcept {
+    answered_on.store(connection.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+  // The connection now established (its count; 0 between connections), since
+  // when, and the loop rule fed at each close (completion thread only).
+  std::uint64_t live_connection = 0;
+  Clock::time_point live_since{};
+  detail::ReconnectLoop loop;
+  // Set once this session is ended for a reconnect loop (reconnect_loop.cpp):
+  // its later events are ignored and no request goes out on it any more
+  // (Client::Impl::issue answers ZSESSIONEXPIRED) until it is replaced.
+  std::atomic<bool> abandoned{false};
   const Clock::time_point started = Clock::now();
   std::mutex watches_mu;
   std::unordered_set<WatchCtx*> watches;  // GUARDED_BY(watches_mu)

@@ -269,14 +269,19 @@ void Client::Impl::shutdown() {
 void Client::Impl::on_session_event(Handle* h, int zstate) {
   {
     std::shared_lock lk(handle_mu_);
-    if (h != handle_.get()) return;
+    if (h != handle_.get() || h->abandoned.load()) return;
   }
-  h->connection.fetch_add(1);  // before any answer on a new connection (see Handle)
+  const auto count = h->connection.fetch_add(1) + 1;  // before any answer on a new connection (see Handle)
+  // A connection closed: is the session looping (reconnect_loop.hpp)? Then it ends here, as if expired.
+  const bool closed = zstate == ZOO_CONNECTING_STATE || zstate == ZOO_ASSOCIATING_STATE;
+  const bool looping = closed && connection_closed(h);
   std::optional<ConnectionState> public_state;
   SessionEvent ev{};
   if (zstate == ZOO_CONNECTED_STATE) {
     const bool again = h->connected_once;
     h->connected_once = true;
+    h->live_connection = count;
+    h->live_since = Clock::now();
     {
       std::lock_guard lk(mu_);
       session_id_ = zoo_client_id(h->zh.get())->client_id;
@@ -315,13 +320,13 @@ void Client::Impl::on_session_event(Handle* h, int zstate) {
     // One heartbeat chain per connection: a reconnect starts a new one now.
     const auto gen = ++heartbeat_gen_;
     defer([this, ep, gen] { heartbeat(ep, gen); });
-  } else if (zstate == ZOO_CONNECTING_STATE || zstate == ZOO_ASSOCIATING_STATE) {
+  } else if (closed && !looping) {
     std::lock_guard lk(mu_);
     if (!has_session_ || state_ == ConnectionState::suspended || state_ == ConnectionState::lost) return;
     state_ = ConnectionState::suspended;
     public_state = state_;
     ev = SessionEvent::suspended;
-  } else if (zstate == ZOO_EXPIRED_SESSION_STATE || zstate == ZOO_AUTH_FAILED_STATE) {
+  } else if (zstate == ZOO_EXPIRED_SESSION_STATE || zstate == ZOO_AUTH_FAILED_STATE || looping) {
     {
       std::lock_guard lk(mu_);
       if (state_ == ConnectionState::lost) return;
@@ -332,7 +337,7 @@ void Client::Impl::on_session_event(Handle* h, int zstate) {
     valid_until_.store(Clock::time_point::min().time_since_epoch().count());
     ev = SessionEvent::lost;
     if (zstate == ZOO_AUTH_FAILED_STATE) log->error("zookeeper authentication failed");
-    else log->warn("zookeeper session 0x{:x} expired", session_id());
+    else if (!looping) log->warn("zookeeper session 0x{:x} expired", session_id());
     if (!closing_) defer([this] { replace_session(); });
   } else {
     return;

@@ -25,6 +25,8 @@ TEST_F(CliTest, DoctorReportsOnTheServer) {
   EXPECT_EQ(by_name["acl"]["status"], "ok") << by_name["acl"].dump();
   EXPECT_TRUE(by_name.count("ensemble id"));
   EXPECT_TRUE(by_name.count("detector"));
+  EXPECT_EQ(by_name["session stability"]["status"], "ok") << r.out;
+  EXPECT_EQ(by_name["session stability"]["reconnect_loops"], 0) << r.out;
   r = zklock({"doctor"});
   ASSERT_EQ(r.code, 0) << r.describe();
   EXPECT_TRUE(r.out.starts_with("CHECK")) << r.out;

@@ -229,6 +229,7 @@ TEST(MetricsExporter, ServesTheCyclesItRan) {
            "zklock_client_releases_total 5",
            "zklock_client_validity_lapses_total 0",
            "zklock_client_diverged_servers_total 0",
+           "zklock_client_reconnect_loops_total 0",
            "zklock_client_acquire_wait_seconds_count 5",
            "zklock_client_acquire_wait_seconds_bucket{le=\"+Inf\"} 5",
            "zklock_client_hold_seconds_count 5",

@@ -34,8 +34,9 @@ namespace zklock::test {
 
 // A loopback TCP proxy in front of one server, with fault switches: it can
 // swallow replies (the server still executes the requests), swallow
-// requests, refuse new connections, cut every open connection, and cut one
-// connection exactly when its client sends a request naming a given path.
+// requests, refuse new connections, cut every open connection, cut one
+// connection exactly when its client sends a request naming a given path,
+// and cut every connection on which a request of a given type is sent.
 // This is how a connection is lost at an exact point of a request's life.
 // It can also hold a connection's requests from such a request on, and let
 // them go later: how a request is kept unanswered past a client's deadline.
@@ -120,6 +121,22 @@ class FaultProxy {
     return request_holds_;
   }
   void disarm_cut_on_request() { set(cut_armed_, false); }
+  // A standing rule, until cut_on_opcode(-1): on every connection, a request
+  // of ZooKeeper opcode `opcode` is swallowed and its connection cut at once.
+  // With wire::kSetWatches it is what a server does with a SetWatches packet
+  // larger than its jute.maxbuffer: the handshake before it re-validated the
+  // session, then the connection closes before any answer. The C client
+  // sends that packet first on every reconnect of a session with watches, so
+  // the session reconnects and loses each connection, forever.
+  void cut_on_opcode(int opcode) {
+    std::lock_guard lk(mu_);
+    cut_every_opcode_ = opcode;
+  }
+  // How many connections cut_on_opcode() has cut.
+  std::uint64_t opcode_cuts() const {
+    std::lock_guard lk(mu_);
+    return opcode_cuts_;
+  }
   // How many connections cut_on_request() has cut, and the opcode of the
   // last request that triggered it.
   std::uint64_t request_cuts() const {
@@ -277,6 +294,16 @@ class FaultProxy {
     }
   }
   enum class Rule { none, cut, hold };
+  // REQUIRES the proxy thread. Whether request frame `f` is of the opcode
+  // cut_on_opcode() names (counted when it is).
+  bool cuts_every(const std::string& f) {
+    if (f.size() < 12) return false;
+    const int op = static_cast<std::int32_t>(be32(f.data() + 8));
+    std::lock_guard lk(mu_);
+    if (cut_every_opcode_ < 0 || op != cut_every_opcode_) return false;
+    ++opcode_cuts_;
+    return true;
+  }
   // REQUIRES the proxy thread. What to do with the frame `f` (length prefix
   // included): the armed rule's action if it is the request the rule waits
   // for (disarmed then), else none.
@@ -312,7 +339,7 @@ class FaultProxy {
       }
       if (p.pending.size() - at < n) break;
       const std::string frame = p.pending.substr(at, n);
-      const Rule rule = p.handshaken ? matches_rule(frame) : Rule::none;
+      const Rule rule = !p.handshaken ? Rule::none : cuts_every(frame) ? Rule::cut : matches_rule(frame);
       if (rule == Rule::hold) {
         p.held = true;
         break;
@@ -572,6 +599,8 @@ class FaultProxy {
   int cut_opcode_ = -1, last_cut_opcode_ = 0;                                        // GUARDED_BY(mu_)
   bool cut_armed_ = false;                                                           // GUARDED_BY(mu_)
   std::uint64_t request_cuts_ = 0;                                                   // GUARDED_BY(mu_)
+  int cut_every_opcode_ = -1;                                                        // GUARDED_BY(mu_)
+  std::uint64_t opcode_cuts_ = 0;                                                    // GUARDED_BY(mu_)
   bool hold_not_cut_ = false;       // the armed rule holds instead of cutting. GUARDED_BY(mu_)
   bool release_requested_ = false;  // GUARDED_BY(mu_)
   std::uint64_t releases_done_ = 0, request_holds_ = 0;  // GUARDED_BY(mu_)

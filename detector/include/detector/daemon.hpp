@@ -107,6 +107,14 @@ class Daemon {
   Mirror& mirror() { return *mirror_; }
   Client& client() { return *client_; }
   int metrics_port() const { return server_ ? server_->port() : 0; }
+  // /healthz answers 503 once no ZooKeeper request of this detector has
+  // succeeded for longer than this: 3 × the scan interval, at least 5 s
+  // (docs/detector.md, "Health"). run() sends one probe (an exists() of the
+  // root) per scan interval, so a healthy detector's latest answer is at
+  // most about one interval old.
+  std::chrono::milliseconds health_bound() const;
+  // "" when healthy, else why not: what /healthz answers.
+  std::string health() const;
   const DetectorConfig& config() const noexcept { return config_; }
 
   // Called for every cycle of every scan, on the run() thread. Set before run().
@@ -119,7 +127,7 @@ class Daemon {
   void schedule(Clock::time_point due);
   CycleReport handle_cycle(const model::Cycle& cycle, const model::WaitAnalysis& analysis, std::int64_t now_ms,
                            const std::optional<std::string>& leader_node);
-  std::string health() const;
+  void probe();
   void update_status(const model::QueueSnapshot& snapshot, std::int64_t now_ms);
   void read_revocations();
 
@@ -155,6 +163,10 @@ class Daemon {
   };
   std::map<std::string, HeadSeen> heads_;
   std::int64_t last_scan_ms_ = 0;
+  // When a ZooKeeper request of this detector last succeeded (Clock), and
+  // whether a probe is in flight (at most one).
+  std::atomic<Clock::rep> last_answer_{Clock::now().time_since_epoch().count()};
+  std::atomic<bool> probing_{false};
 };
 
 }  // namespace zklock::detector

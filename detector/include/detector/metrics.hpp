@@ -2,7 +2,8 @@
 // HTTP server (cpp-httplib) that serves them with a health check.
 //
 //   GET /metrics   text/plain; version=0.0.4 (every metric is listed in docs/detector.md)
-//   GET /healthz   200 "ok" while connected to ZooKeeper, else 503 with the reason
+//   GET /healthz   200 "ok" while healthy (Daemon::health: a recent successful
+//                  ZooKeeper request, and connected), else 503 with the reason
 //   GET /          the status page (HTML; detector/status.hpp)
 //   GET /api/state the status page's data (JSON; docs/detector.md)
 //

@@ -225,6 +225,15 @@ class Client {
   // The watch bytes seated on each session, its own first (see
   // ClientOptions::watch_budget_bytes: an upper bound of what a reconnect re-arms).
   std::vector<std::size_t> seated_watch_bytes() const;
+  // How many of this client's sessions fell into a reconnect loop: three or
+  // more consecutive connections, over at least the negotiated session
+  // timeout, each closed before any request was answered on it and within a
+  // third of the timeout of its handshake (a server refusing the session's
+  // SetWatches packet does this). Such a session never expires by itself;
+  // the client logs the loop at error, ends the session as if it had
+  // expired (every lease of it is lost) and starts a new one.
+  // docs/operations.md, "A reconnect loop".
+  std::uint64_t reconnect_loops_seen() const;
   std::chrono::milliseconds negotiated_timeout() const;
   // See the file comment. In the past while no session is known to be alive.
   std::chrono::steady_clock::time_point valid_until() const;

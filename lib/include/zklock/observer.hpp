@@ -55,6 +55,12 @@ class LockObserver {
   // diverged_servers_seen; docs/operations.md says what to do). The waiter
   // goes on as if the node were gone. On the client's callback thread.
   virtual void diverged_server(std::string_view /*lock_path*/, std::string_view /*detail*/) {}
+  // The session's connections kept closing before any answer for a whole
+  // session timeout (Client::reconnect_loops_seen; docs/operations.md, "A
+  // reconnect loop"): the client ends that session, as if it had expired,
+  // and starts a new one. `cause`: what is known of why. On the client's
+  // callback thread.
+  virtual void reconnect_loop(std::int64_t /*session_id*/, std::string_view /*cause*/) {}
 };
 
 }  // namespace zklock
