@@ -1,9 +1,9 @@
 // The op shape, non-template half: issuing under the handle lock, watches, what a closing Handle owes.
 #include "async_op.hpp"
 
-#include "session_pool.hpp"
-
 #include <vector>
+
+#include "session_pool.hpp"
 
 namespace zklock {
 

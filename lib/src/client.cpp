@@ -92,10 +92,7 @@ Client::Client(ClientOptions options) {
   if (options.session_timeout <= 0ms) throw Error(Errc::invalid_argument, "session timeout must be positive");
   if (options.connect_timeout <= 0ms) throw Error(Errc::invalid_argument, "connect timeout must be positive");
   if (options.wait_check < 0ms) throw Error(Errc::invalid_argument, "wait check period must not be negative");
-  if (options.watch_budget_bytes < 4096) {
-    throw Error(Errc::invalid_argument, "watch budget must be at least 4096 bytes (got " +
-                                            std::to_string(options.watch_budget_bytes) + ")");
-  }
+  if (options.watch_budget_bytes == 0) throw Error(Errc::invalid_argument, "watch budget must be positive");
   impl_ = std::make_shared<Impl>(std::move(options));
   impl_->start();
 }
@@ -114,6 +111,11 @@ std::uint64_t Client::session_epoch() const { return impl_->epoch(); }
 std::uint64_t Client::diverged_servers_seen() const {
   auto n = impl_->diverged_seen();
   for (const auto& s : impl_->shards->all()) n += s->diverged_seen();
+  return n;
+}
+std::uint64_t Client::diverged_servers_left() const {
+  auto n = impl_->servers_left();
+  for (const auto& s : impl_->shards->all()) n += s->servers_left();
   return n;
 }
 std::size_t Client::sessions() const { return 1 + impl_->shards->all().size(); }
@@ -136,6 +138,7 @@ std::chrono::milliseconds Client::Impl::wait_check_period() const {
 void Client::Impl::note_diverged(const std::string& lock_path, const std::string& detail) {
   diverged_seen_.fetch_add(1);
   log->warn("zookeeper session 0x{:x}: {} (docs/operations.md, \"A diverged server\")", session_id(), detail);
+  defer([this] { leave_current_server(); });  // unlocked: the caller holds its attempt's lock
   if (!opts.observer) return;
   post_user([observer = opts.observer, log = log, lock_path, detail] {
     try {

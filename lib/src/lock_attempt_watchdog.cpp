@@ -16,16 +16,18 @@ using Kind = MachineEvent::Kind;
 
 // The period grows (x2, at most x8 the base) while the same blocker stays
 // ahead, and resets with a new one (each watch_blocker arms it; so does
-// each firing while the attempt still waits). Deadlines fall on a grid of the base
-// period, so a client's waiters on one lock fire together: their listings
-// then share one request (batch_for), not one per waiter.
+// each firing while the attempt still waits). Deadlines are rounded up to a
+// grid of a quarter of the base period, at most 1 s, so a client's waiters
+// on one lock that began waiting close together fire together (their
+// listings then share one request, batch_for, not one per waiter), and a
+// lost notification costs at most the period and 1 s.
 void LockAttempt::arm_watchdog_locked(std::size_t blocker) {
   const auto base = impl_->wait_check_period();
   const auto base_ms = static_cast<std::uint32_t>(base.count());
   watchdog_ms_ = blocker == watchdog_blocker_ && watchdog_ms_ != 0 ? std::min(watchdog_ms_ * 2, base_ms * 8) : base_ms;
   watchdog_blocker_ = blocker;
   if (watchdog_timer_ != 0) impl_->cancel(watchdog_timer_);
-  const auto grid = Clock::duration(base).count();
+  const auto grid = Clock::duration(std::min<std::chrono::milliseconds>(base / 4, std::chrono::seconds(1))).count();
   const auto want = (Clock::now() + std::chrono::milliseconds(watchdog_ms_)).time_since_epoch().count();
   const Clock::time_point at{Clock::duration((want + grid - 1) / grid * grid)};
   watchdog_timer_ = impl_->schedule_at(at, [weak = weak_from_this()] {

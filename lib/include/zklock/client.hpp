@@ -115,7 +115,8 @@ struct ClientOptions {
   // servers' jute.maxbuffer. Lock attempts that would pass it go to another
   // session behind this Client, opened when needed (Client::sessions); the
   // watches of the operations below (get_async, children_async, stat_async)
-  // are the caller's to budget. At least 4 KiB. docs/operations.md,
+  // are the caller's to budget. Positive; a budget smaller than one
+  // attempt's watches gives each attempt a session. docs/operations.md,
   // "Watches and jute.maxbuffer".
   std::size_t watch_budget_bytes = 512 * 1024;
   // The least severe of the C client's own log lines passed on to `logger`.
@@ -216,6 +217,10 @@ class Client {
   // node that the leader says is gone (ClientOptions::wait_check): the
   // server has diverged from the quorum. Logged at warning each time.
   std::uint64_t diverged_servers_seen() const;
+  // How many times a session of this client then left that server for the
+  // connect string's other members (for 5 minutes; docs/operations.md, "A
+  // diverged server"). Not when the connect string names no other.
+  std::uint64_t diverged_servers_left() const;
   // How many ZooKeeper sessions this Client runs: its own, and one more for
   // each ClientOptions::watch_budget_bytes of lock attempts' watches under
   // way. state(), session_id(), listeners and the operations below concern
