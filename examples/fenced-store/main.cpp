@@ -1,6 +1,6 @@
 // fenced-store: a command-line key-value store that rejects stale lock holders.
 //
-//   fenced-store [--db PATH] put KEY VALUE --token <ensemble-id>:<czxid> [--fence NAME]
+//   fenced-store [--db PATH] put KEY VALUE --token <ensemble-id>:<czxid>[.<ordinal>] [--fence NAME]
 //   fenced-store [--db PATH] get KEY
 //
 // The database path comes from --db, else $FENCED_STORE_DB, else
@@ -33,7 +33,7 @@ constexpr int kExitNoKey = 66;     // EX_NOINPUT
 constexpr int kExitIo = 74;        // EX_IOERR
 
 constexpr const char* kUsage =
-    "usage: fenced-store [--db PATH] put KEY VALUE --token ENSEMBLE-ID:CZXID [--fence NAME]\n"
+    "usage: fenced-store [--db PATH] put KEY VALUE --token ENSEMBLE-ID:CZXID[.ORDINAL] [--fence NAME]\n"
     "       fenced-store [--db PATH] get KEY";
 
 int run_put(const std::string& db, const std::string& key, const std::string& value,
@@ -41,7 +41,7 @@ int run_put(const std::string& db, const std::string& key, const std::string& va
   const auto token = zklock::FencingToken::try_parse(token_text);
   if (!token) {
     std::cerr << "fenced-store: malformed token '" << token_text
-              << "': expected <ensemble-id>:<czxid>\n";
+              << "': expected <ensemble-id>:<czxid>[.<lease ordinal>]\n";
     return kExitUsage;
   }
   fenced_store::FencedStore store(db);
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   auto* put = app.add_subcommand("put", "Write VALUE under KEY if TOKEN passes the key's fence");
   put->add_option("KEY", key, "Key")->required();
   put->add_option("VALUE", value, "Value")->required();
-  put->add_option("--token", token, "Fencing token, <ensemble-id>:<czxid>")->required();
+  put->add_option("--token", token, "Fencing token, <ensemble-id>:<czxid>[.<lease ordinal>]")->required();
   put->add_option("--fence", fence,
                   "Fence the token is checked against and raises (default: KEY). Give every key that "
                   "one lock guards the same fence");

@@ -22,7 +22,8 @@ constexpr const char* kSchema =
     "  key    TEXT PRIMARY KEY NOT NULL,"
     "  value  BLOB NOT NULL,"
     "  fence  INTEGER NOT NULL,"   // czxid of the token that wrote the row
-    "  source TEXT NOT NULL"       // ensemble id of that token
+    "  source TEXT NOT NULL,"      // ensemble id of that token
+    "  lease  INTEGER NOT NULL DEFAULT 0"  // its lease ordinal
     ") WITHOUT ROWID";
 
 // One fence per lock: every key the lock guards names the same fence, and all
@@ -31,30 +32,40 @@ constexpr const char* kFencesSchema =
     "CREATE TABLE IF NOT EXISTS fences ("
     "  name   TEXT PRIMARY KEY NOT NULL,"
     "  fence  INTEGER NOT NULL,"   // czxid of the highest token admitted
-    "  source TEXT NOT NULL"       // ensemble id of that token
+    "  source TEXT NOT NULL,"      // ensemble id of that token
+    "  lease  INTEGER NOT NULL DEFAULT 0"  // its lease ordinal
     ") WITHOUT ROWID";
+
+// A database written before lease ordinals existed lacks the column; its
+// plain tokens are their node's first lease, ordinal 0 (the default), so
+// they keep their place in the order (docs/protocol.md, "Fencing tokens").
+constexpr const char* kHasLease[] = {
+    "SELECT count(*) FROM pragma_table_info('kv') WHERE name = 'lease'",
+    "SELECT count(*) FROM pragma_table_info('fences') WHERE name = 'lease'"};
+constexpr const char* kAddLease[] = {"ALTER TABLE kv ADD COLUMN lease INTEGER NOT NULL DEFAULT 0",
+                                     "ALTER TABLE fences ADD COLUMN lease INTEGER NOT NULL DEFAULT 0"};
 
 // A database written before fences existed kept each key's token in its row:
 // that row is the key's own fence (the default fence name is the key).
 constexpr const char* kSeedFence =
-    "INSERT OR IGNORE INTO fences (name, fence, source) SELECT key, fence, source FROM kv WHERE key = ?1";
+    "INSERT OR IGNORE INTO fences (name, fence, lease, source) SELECT key, fence, lease, source FROM kv WHERE key = ?1";
 
 // The check, and the raise of the fence, in one statement: 1 row changed
-// when the token passes.
+// when the token passes. Tokens order as the pair (czxid, lease ordinal).
 constexpr const char* kRaiseFence =
-    "INSERT INTO fences (name, fence, source) VALUES (?1, ?2, ?3) "
-    "ON CONFLICT (name) DO UPDATE SET fence = excluded.fence "
-    "WHERE excluded.fence >= fences.fence AND excluded.source = fences.source";
+    "INSERT INTO fences (name, fence, lease, source) VALUES (?1, ?2, ?3, ?4) "
+    "ON CONFLICT (name) DO UPDATE SET fence = excluded.fence, lease = excluded.lease "
+    "WHERE (excluded.fence, excluded.lease) >= (fences.fence, fences.lease) AND excluded.source = fences.source";
 
 // Runs only after the fence passed, in the same transaction.
 constexpr const char* kWrite =
-    "INSERT INTO kv (key, value, fence, source) VALUES (?1, ?2, ?3, ?4) "
+    "INSERT INTO kv (key, value, fence, source, lease) VALUES (?1, ?2, ?3, ?4, ?5) "
     "ON CONFLICT (key) DO UPDATE SET value = excluded.value, fence = excluded.fence, "
-    "source = excluded.source";
+    "source = excluded.source, lease = excluded.lease";
 
-constexpr const char* kFenceOf = "SELECT fence, source FROM fences WHERE name = ?1";
+constexpr const char* kFenceOf = "SELECT fence, source, lease FROM fences WHERE name = ?1";
 // The key's own floor: the token that last wrote its row.
-constexpr const char* kRowOf = "SELECT fence, source FROM kv WHERE key = ?1";
+constexpr const char* kRowOf = "SELECT fence, source, lease FROM kv WHERE key = ?1";
 constexpr const char* kGet = "SELECT value FROM kv WHERE key = ?1";
 
 struct StmtDeleter {
@@ -85,6 +96,9 @@ FencedStore::FencedStore(const std::string& path) : path_(path) {
     try {
       exec(kSchema);
       exec(kFencesSchema);
+      for (int t = 0; t < 2; ++t) {
+        if (!count(kHasLease[t])) exec(kAddLease[t]);
+      }
       exec("COMMIT");
     } catch (...) {
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -127,6 +141,18 @@ void FencedStore::enable_wal() {
   throw Error(Errc::io_error, "database '" + path_ + "': cannot switch to WAL mode: " + sqlite3_errmsg(db_));
 }
 
+std::int64_t FencedStore::count(const char* sql) {
+  sqlite3_stmt* raw = nullptr;
+  if (sqlite3_prepare_v2(db_, sql, -1, &raw, nullptr) != SQLITE_OK || sqlite3_step(raw) != SQLITE_ROW) {
+    std::string msg = sqlite3_errmsg(db_);
+    sqlite3_finalize(raw);
+    throw Error(Errc::io_error, "database '" + path_ + "': " + msg + " (in: " + sql + ")");
+  }
+  const auto n = sqlite3_column_int64(raw, 0);
+  sqlite3_finalize(raw);
+  return n;
+}
+
 void FencedStore::exec(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
@@ -150,10 +176,11 @@ PutResult FencedStore::put(std::string_view key, std::string_view value,
   auto bind_text = [](const Stmt& s, int i, std::string_view t) {
     sqlite3_bind_text(s.get(), i, t.data(), static_cast<int>(t.size()), SQLITE_STATIC);
   };
-  // The token in columns 0 (czxid) and 1 (source) of a row read by `s`.
+  // The token in columns 0 (czxid), 1 (source) and 2 (lease ordinal) of a row read by `s`.
   auto token_of = [](const Stmt& s) {
     const auto* source = reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 1));
-    return zklock::FencingToken(source ? source : "", sqlite3_column_int64(s.get(), 0));
+    return zklock::FencingToken(source ? source : "", sqlite3_column_int64(s.get(), 0), 0,
+                                sqlite3_column_int64(s.get(), 2));
   };
   auto refused = [&](zklock::FencingToken by_token, PutResult::Floor by) {
     PutResult r;
@@ -180,7 +207,7 @@ PutResult FencedStore::put(std::string_view key, std::string_view value,
       const int rc = sqlite3_step(row.get());
       if (rc == SQLITE_ROW) {
         auto last = token_of(row);
-        if (last.ensemble_id() != token.ensemble_id() || last.czxid() > token.czxid()) {
+        if (last.ensemble_id() != token.ensemble_id() || last > token) {
           row.reset();
           exec("COMMIT");  // the seed, if any
           return refused(std::move(last), PutResult::Floor::key);
@@ -192,7 +219,8 @@ PutResult FencedStore::put(std::string_view key, std::string_view value,
     auto raise = prepare(kRaiseFence, "prepare fence");
     bind_text(raise, 1, fence);
     sqlite3_bind_int64(raise.get(), 2, token.czxid());
-    bind_text(raise, 3, token.ensemble_id());
+    sqlite3_bind_int64(raise.get(), 3, token.ordinal());
+    bind_text(raise, 4, token.ensemble_id());
     if (sqlite3_step(raise.get()) != SQLITE_DONE) throw fail("fence");
     PutResult result;
     if (sqlite3_changes(db_) == 1) {
@@ -201,6 +229,7 @@ PutResult FencedStore::put(std::string_view key, std::string_view value,
       sqlite3_bind_blob(write.get(), 2, value.data(), static_cast<int>(value.size()), SQLITE_STATIC);
       sqlite3_bind_int64(write.get(), 3, token.czxid());
       bind_text(write, 4, token.ensemble_id());
+      sqlite3_bind_int64(write.get(), 5, token.ordinal());
       if (sqlite3_step(write.get()) != SQLITE_DONE) throw fail("put");
       result.stored = token;
     } else {

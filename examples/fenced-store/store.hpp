@@ -6,17 +6,20 @@
 // raises its fence and writes its key in one IMMEDIATE transaction, so no
 // other writer comes between the check and the write:
 //
-//   INSERT INTO fences (name, fence, source) VALUES (?1, ?2, ?3)
-//   ON CONFLICT (name) DO UPDATE SET fence = excluded.fence
-//     WHERE excluded.fence >= fences.fence AND excluded.source = fences.source;
+//   INSERT INTO fences (name, fence, lease, source) VALUES (?1, ?2, ?3, ?4)
+//   ON CONFLICT (name) DO UPDATE SET fence = excluded.fence, lease = excluded.lease
+//     WHERE (excluded.fence, excluded.lease) >= (fences.fence, fences.lease)
+//       AND excluded.source = fences.source;
 //   -- 1 row changed: the token passed; then
-//   INSERT INTO kv ... ON CONFLICT (key) DO UPDATE SET value = ..., fence = ..., source = ...
+//   INSERT INTO kv ... ON CONFLICT (key) DO UPDATE SET value = ..., fence = ..., lease = ..., source = ...
 //
 // A new fence takes any token, and that first accepted write fixes its
-// source. Later writes need the same source and a czxid at least the fence's
-// (equal: the same holder writing again). Why per lock: when one lock guards
-// an account's balance and its history, a paused former holder must not
-// write the history after the new holder wrote only the balance.
+// source. Later writes need the same source and a token (czxid, lease
+// ordinal) at least the fence's (equal: the same lease writing again; a
+// re-take of a retained node has the same czxid and a larger ordinal).
+// Why per lock: when one lock guards an account's balance and its history,
+// a paused former holder must not write the history after the new holder
+// wrote only the balance.
 //
 // Each kv row records the token that wrote it, and that token is a floor
 // too: the row is checked first, in the same transaction. A key written
@@ -75,6 +78,7 @@ class FencedStore {
  private:
   void enable_wal();
   void exec(const char* sql);
+  std::int64_t count(const char* sql);  // the first column of a one-row query
   sqlite3* db_ = nullptr;
   std::string path_;
 };

@@ -61,7 +61,17 @@ namespace zklock {
 namespace detail {
 struct AttemptTables;
 class SessionShards;
-}
+
+// Test-only: when set, Client::Impl::valid_until_of calls it between its
+// first load of the epoch and its load of the bound, with the epoch asked
+// for. A test changes the session there (tests/loss/bound_read_test.cpp);
+// the read must then answer min(). Null in production: one load per read.
+struct BoundReadHookForTest {
+  virtual ~BoundReadHookForTest() = default;
+  virtual void between_loads(std::uint64_t epoch) = 0;
+};
+inline std::atomic<BoundReadHookForTest*> g_bound_read_hook_for_test{nullptr};
+}  // namespace detail
 
 // Session events seen by recipes. validity_expired: valid_until() passed —
 // while disconnected, while paused, or with the connection intact — and no
@@ -284,6 +294,18 @@ struct Client::Impl {
   bool validity_refused() const { return validity_refused_.load(); }
   Clock::time_point valid_until() const {
     return Clock::time_point(Clock::duration(valid_until_.load()));
+  }
+  // The bound of session `epoch` (a lease's), or min() when that session is
+  // not the current one: the epoch, the bound, the epoch again. A new
+  // session stores its epoch (replace_session) before its first bound (its
+  // CONNECTED), so a bound read between two loads of the same epoch is that
+  // session's; one read in two steps could straddle an expiry, the
+  // replacement and its CONNECTED, and give the old lease the new bound.
+  Clock::time_point valid_until_of(std::uint64_t epoch) const {
+    if (epoch_.load() != epoch) return Clock::time_point::min();
+    if (auto* hook = detail::g_bound_read_hook_for_test.load(std::memory_order_relaxed)) hook->between_loads(epoch);
+    const auto bound = valid_until();
+    return epoch_.load() == epoch ? bound : Clock::time_point::min();
   }
   std::shared_ptr<spdlog::logger> log;
   ClientOptions opts;

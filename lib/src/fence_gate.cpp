@@ -1,4 +1,4 @@
-// FenceGate: admits a write only when its fencing token is not older than the fence's mark.
+// FenceGate: admits a write only when its fencing token is not older than the fence's mark (by (czxid, ordinal)).
 //
 // The marks live in memory, sharded; with a state file every raise (or every
 // flush) also reaches disk through fence_state_file.hpp.
@@ -64,7 +64,7 @@ std::string AdmitResult::reason() const {
              ", but the resource is fenced by ensemble " + highest.ensemble_id() +
              " (highest seen " + highest.str() + ")";
     case Verdict::malformed:
-      return "malformed fencing token: expected <ensemble-id>:<czxid>";
+      return "malformed fencing token: expected <ensemble-id>:<czxid>[.<lease ordinal>]";
   }
   return "unknown verdict";
 }
@@ -126,13 +126,13 @@ AdmitResult FenceGate::decide(MarkMap& marks, std::string_view resource, const F
   if (mark.ensemble_id() != token.ensemble_id()) {
     r.verdict = AdmitResult::Verdict::foreign_source;
     r.highest = mark;
-  } else if (token.czxid() < mark.czxid()) {
+  } else if (token < mark) {  // (czxid, ordinal): an earlier lease, of this node or an earlier one
     r.verdict = AdmitResult::Verdict::stale;
     r.highest = mark;
   } else {
     r.verdict = AdmitResult::Verdict::admitted;
     r.highest = token;
-    r.raised = token.czxid() > mark.czxid();
+    r.raised = token > mark;
     if (r.raised && apply_raise) it->second = token;
   }
   return r;

@@ -235,11 +235,12 @@ void LockAttempt::execute_locked(LockMachine::Commands cmds) {
 void LockAttempt::report_locked(const MachineOutcome& c) {
   switch (c.kind) {
     case Out::granted: {
-      if (grant_ == 0) {  // a re-take grants the same node with the same token
+      if (grant_ == 0) {  // a re-take grants the same node: its czxid, the machine's next ordinal
         node_path_ = child_path(machine_->node_name());
         const auto parsed = protocol::parse_lock_node_name(machine_->node_name());
         token_ = FencingToken(ensemble_id_, c.token, parsed ? parsed->sequence : 0);
       }
+      token_ = std::move(token_).with_ordinal(c.ordinal);
       ++grant_;
       end_acquiring_locked();
       stop_watchdog_locked();
@@ -310,7 +311,7 @@ void LockAttempt::report_locked(const MachineOutcome& c) {
 // A session whose settings refuse any bound hands out at once (valid()
 // false, as documented): nothing would ever prove it.
 bool LockAttempt::provable_locked() const {
-  return impl_->validity_refused() || (impl_->epoch() == epoch_ && Clock::now() < impl_->valid_until());
+  return impl_->validity_refused() || Clock::now() < impl_->valid_until_of(epoch_);
 }
 
 // REQUIRES mu_, done_ set, the machine holding.

@@ -54,9 +54,8 @@ void LockAttempt::release_async(std::uint64_t grant, std::function<void()> done)
 
 bool LockAttempt::valid(std::uint64_t grant) const {
   std::lock_guard lk(mu_);
-  // The bound of our session only: a new session proves nothing about our node.
-  const auto bound = impl_->epoch() == epoch_ ? impl_->valid_until() : Clock::time_point::min();
-  return grant == grant_ && machine_ && machine_->holding(Clock::now(), bound);
+  // The bound of our session only, read consistently: a new session proves nothing about our node.
+  return grant == grant_ && machine_ && machine_->holding(Clock::now(), impl_->valid_until_of(epoch_));
 }
 
 bool LockAttempt::suspended(std::uint64_t grant) const {

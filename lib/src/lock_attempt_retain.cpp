@@ -79,7 +79,7 @@ void LockAttempt::retain_locked() {
 }
 
 // Invariant (5): decided inside this call, on the caller's thread. The
-// machine grants the node's own czxid again (no request) or voids the
+// machine grants the node again as a new lease (no request) or voids the
 // re-take; then the fallback is a normal acquisition, started from the
 // outbox once mu_ is released, with the request's whole timeout.
 bool LockAttempt::retake(AttemptRequest& fallback, Done& done) {
@@ -95,7 +95,7 @@ bool LockAttempt::retake(AttemptRequest& fallback, Done& done) {
     pending_self_ = shared_from_this();
     MachineEvent ev{Kind::retake};
     const auto now = Clock::now();
-    ev.within_bound = impl_->epoch() == epoch_ && now < impl_->valid_until();
+    ev.within_bound = now < impl_->valid_until_of(epoch_);  // our session's bound only
     ev.confirmed = now - confirmed_at_ < impl_->wait_check_period();
     fallback_ = &fallback;
     execute_locked(machine_->step(ev));

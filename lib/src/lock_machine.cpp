@@ -256,10 +256,13 @@ void LockMachine::session_over(Commands& out) {
   on_session(over, out);
 }
 
+// Invariant (8): each grant of our node, re-takes included, is a lease of
+// its own, numbered here.
 void LockMachine::grant(std::int64_t token, Commands& out) {
   phase_ = Phase::held;
   MachineOutcome c{Out::granted};
   c.token = token;
+  c.ordinal = leases_++;
   report(out, std::move(c));
 }
 

@@ -37,7 +37,8 @@
 //      a children watch is armed and has not fired, and the listing that set
 //      it and every later one showed no other node (nobody_queued). The
 //      notification of that watch ends the retention at once. A re-take is
-//      local — no request — and grants the node's own czxid again, only while
+//      local — no request — and grants the node's own czxid again (with the
+//      next lease ordinal, invariant 8), only while
 //      retained, connected, inside the validity bound and within the waiting
 //      watchdog's period of a listing that showed the node (the event says
 //      both), the watch quiet and no loss seen; otherwise it is void: the retention ends
@@ -59,6 +60,12 @@
 //      (probe_blocker); if the leader has no such node, our server has
 //      diverged from the quorum: reported (`diverged`), and the blocker
 //      counts as proven gone (invariant 4).
+//
+//  (8) No two leases share a token. Every grant reports the lease ordinal
+//      of our node: 0 for the first, one more for each re-take (counted
+//      here, so a re-take stays free of requests). A fence orders tokens
+//      as (czxid, ordinal): a re-take's lease orders after every earlier
+//      lease of the node, and a later node's (another holder's) after all.
 //
 // A deletion watch (watch_own, watch_blocker) is a getData with a watch, not
 // an exists: on a node already gone, exists would leave a watch for its
@@ -259,6 +266,7 @@ class LockMachine {
   std::uint32_t creates_ = 0;
   std::uint64_t tag_ = 0;
   std::uint64_t create_tag_ = 0, record_tag_ = 0, remove_tag_ = 0;
+  std::int64_t leases_ = 0;  // grants of our node so far: the next lease's ordinal (invariant 8)
 };
 
 }  // namespace zklock::detail

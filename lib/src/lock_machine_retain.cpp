@@ -38,8 +38,10 @@ void LockMachine::on_children_changed(const MachineEvent& ev, Commands& out) {
 // lost; the event says) — unless that news is on its way right now
 // (a revocation in flight), which is the window of any holder whose node
 // was just deleted: the notification, due any moment, reports the loss
-// (cover_own), and the fencing token (the same czxid, below every later
-// grant's) refuses its writes once the successor has written.
+// (cover_own), and the fencing token (the same czxid with the next lease
+// ordinal: above every earlier lease of the node, below every later node's)
+// refuses the earlier leases' writes once this lease has written, and this
+// lease's once the successor has.
 void LockMachine::on_retake(const MachineEvent& ev, Commands& out) {
   if (phase_ != Phase::retained) return;
   if (link_ != Link::up) {
@@ -52,7 +54,7 @@ void LockMachine::on_retake(const MachineEvent& ev, Commands& out) {
   } else if (!nobody_queued() || own_.state != NodeState::exists || loss_) {
     void_retake("something changed under the lock since the node was retained", out);
   } else {
-    grant(own_.czxid, out);  // the first grant's token: the same node
+    grant(own_.czxid, out);  // the same node, the next lease ordinal (invariant 8)
   }
 }
 

@@ -133,7 +133,7 @@ struct MachineRequest {
 // What the attempt reports to its lease or caller.
 struct MachineOutcome {
   enum class Kind {
-    granted,      // token: the czxid of the granted node (a re-take's too: the same node)
+    granted,      // token: the czxid of the granted node (a re-take's too: the same node); ordinal: which lease
     failed,       // errc, message
     lost,         // reason, message
     released,     // the release finished: the node is gone, or retained idle (the lease is over)
@@ -145,6 +145,7 @@ struct MachineOutcome {
   };
   Kind kind;
   std::int64_t token = 0;
+  std::int64_t ordinal = 0;  // granted: 0 for the node's first grant, n for its n-th re-take
   Errc errc = Errc::system_error;
   LossReason reason = LossReason::revoked;
   std::string message;

@@ -5,8 +5,10 @@
 // drives it with `psql`. Skipped, saying why, where the server cannot start.
 //
 // The documented statements run verbatim as prepared statements ($1..$5).
-// Two stories: the fence per lock in sequence (a stale token refused, the
-// current one accepted, a foreign one refused), and concurrent writers racing
+// Three stories: the fence per lock in sequence (a stale token refused, the
+// current one accepted, a foreign one refused), the leases of one retained
+// node ordered by (czxid, lease ordinal) on a table first filled with plain
+// tokens and migrated as documented, and concurrent writers racing
 // on one fence with interleaved tokens, judged by an audit trigger on kv (test
 // instrumentation only) whose serial ids follow the fence row's lock order.
 #include <gtest/gtest.h>
@@ -28,30 +30,43 @@ constexpr const char* kOtherEnsemble = "9d1e0c11-1111-4222-8333-444455556666";
 
 // The SQL of docs/fencing.md, "PostgreSQL" (keep them the same).
 constexpr const char* kSchema =
+    "CREATE TABLE fences (name text PRIMARY KEY, fence bigint NOT NULL, lease bigint NOT NULL DEFAULT 0,"
+    " source uuid NOT NULL);"
+    "CREATE TABLE kv (key text PRIMARY KEY, value bytea NOT NULL);";
+// A fences table from before lease ordinals, and its documented migration.
+constexpr const char* kPlainSchema =
     "CREATE TABLE fences (name text PRIMARY KEY, fence bigint NOT NULL, source uuid NOT NULL);"
     "CREATE TABLE kv (key text PRIMARY KEY, value bytea NOT NULL);";
+constexpr const char* kMigrate = "ALTER TABLE fences ADD COLUMN lease bigint NOT NULL DEFAULT 0;";
 constexpr const char* kPut =
     "WITH passed AS ("
-    "  INSERT INTO fences AS cur (name, fence, source) VALUES ($1, $2, $3)"
-    "  ON CONFLICT (name) DO UPDATE SET fence = EXCLUDED.fence"
-    "    WHERE EXCLUDED.fence >= cur.fence AND EXCLUDED.source = cur.source"
+    "  INSERT INTO fences AS cur (name, fence, lease, source) VALUES ($1, $2, $3, $4)"
+    "  ON CONFLICT (name) DO UPDATE SET fence = EXCLUDED.fence, lease = EXCLUDED.lease"
+    "    WHERE (EXCLUDED.fence, EXCLUDED.lease) >= (cur.fence, cur.lease) AND EXCLUDED.source = cur.source"
     "  RETURNING 1"
     ")"
-    "INSERT INTO kv (key, value) SELECT $4, $5 FROM passed "
+    "INSERT INTO kv (key, value) SELECT $5, $6 FROM passed "
     "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value";
 // "Lock and check the fence first in the same transaction, then write."
-constexpr const char* kCheckFence = "UPDATE fences SET fence = $2 WHERE name = $1 AND fence <= $2 AND source = $3";
+constexpr const char* kCheckFence =
+    "UPDATE fences SET fence = $2, lease = $3 WHERE name = $1 AND (fence, lease) <= ($2, $3) AND source = $4";
 
 // Each session prepares the documented statements once.
 std::string prepare() {
-  return std::string("PREPARE put(text, bigint, uuid, text, bytea) AS ") + kPut + ";\n" +
-         "PREPARE check_fence(text, bigint, uuid) AS " + kCheckFence + ";\n";
+  return std::string("PREPARE put(text, bigint, bigint, uuid, text, bytea) AS ") + kPut + ";\n" +
+         "PREPARE check_fence(text, bigint, bigint, uuid) AS " + kCheckFence + ";\n";
 }
 
+// A put with the token (czxid, lease): lease 0 is a node's first lease.
 std::string put_sql(const std::string& fence, long long czxid, const std::string& ensemble, const std::string& key,
-                    const std::string& value) {
-  return "EXECUTE put('" + fence + "', " + std::to_string(czxid) + ", '" + ensemble + "', '" + key + "', '" + value +
-         "');\n";
+                    const std::string& value, long long lease = 0) {
+  return "EXECUTE put('" + fence + "', " + std::to_string(czxid) + ", " + std::to_string(lease) + ", '" + ensemble +
+         "', '" + key + "', '" + value + "');\n";
+}
+
+std::string check_fence_sql(const std::string& fence, long long czxid, long long lease) {
+  return "BEGIN;\nEXECUTE check_fence('" + fence + "', " + std::to_string(czxid) + ", " + std::to_string(lease) +
+         ", '" + kEnsemble + "');\nCOMMIT;\n";
 }
 
 // The newest installed server binaries (/usr/lib/postgresql/<major>/bin), or empty.
@@ -189,8 +204,8 @@ TEST(SqlFence, PostgresRunsTheDocumentedFencePerLock) {
   script += put_sql("account-8", 10, kEnsemble, "balance-8", "5");
   // The lock-the-fence-first transaction: a stale token updates no row, the
   // current one (a repeat) updates one.
-  script += "BEGIN;\nEXECUTE check_fence('account-7', 300, '" + std::string(kEnsemble) + "');\nCOMMIT;\n";
-  script += "BEGIN;\nEXECUTE check_fence('account-7', 400, '" + std::string(kEnsemble) + "');\nCOMMIT;\n";
+  script += check_fence_sql("account-7", 300, 0);
+  script += check_fence_sql("account-7", 400, 0);
   script += "SELECT key || '=' || convert_from(value, 'UTF8') FROM kv ORDER BY key;\n";
   script += "SELECT name || '=' || fence FROM fences ORDER BY name;\n";
   std::tie(rc, out) = db.sql(script);
@@ -205,6 +220,46 @@ TEST(SqlFence, PostgresRunsTheDocumentedFencePerLock) {
       "BEGIN", "UPDATE 0", "COMMIT", "BEGIN", "UPDATE 1", "COMMIT",
       "balance=50", "balance-8=5", "history=deposit-100",
       "account-7=400", "account-8=10"};
+  EXPECT_EQ(lines_of(out), expected) << out;
+}
+
+// A retained node's leases: token 300 (its first grant, stored before lease
+// ordinals existed, in a table migrated as documented), then its re-takes
+// 300.1 and 300.2; a later node 301. Each later lease orders after the
+// earlier ones, in both documented statements.
+TEST(SqlFence, PostgresOrdersTheLeasesOfANodeAndKeepsPlainTokens) {
+  Postgres db;
+  if (auto why = db.start(); !why.empty()) GTEST_SKIP() << "PostgreSQL cannot start here: " << why;
+  auto [rc, out] = db.sql(std::string(kPlainSchema) + "INSERT INTO fences VALUES ('account-7', 300, '" + kEnsemble +
+                          "');\n" + kMigrate);
+  ASSERT_EQ(rc, 0) << out;
+  std::string script = prepare();
+  script += put_sql("account-7", 299, kEnsemble, "balance", "older-node");
+  script += put_sql("account-7", 300, kEnsemble, "balance", "w1");        // the stored lease, again
+  script += put_sql("account-7", 300, kEnsemble, "balance", "w2", 1);     // the re-take
+  script += put_sql("account-7", 300, kEnsemble, "history", "w1-late");   // the first lease, late
+  script += put_sql("account-7", 300, kEnsemble, "balance", "w3", 2);
+  script += put_sql("account-7", 300, kEnsemble, "balance", "w2-late", 1);
+  script += check_fence_sql("account-7", 300, 1);
+  script += check_fence_sql("account-7", 300, 2);
+  script += put_sql("account-7", 301, kEnsemble, "balance", "next-holder");  // a later node
+  script += put_sql("account-7", 300, kEnsemble, "balance", "w4-late", 9);
+  script += "SELECT key || '=' || convert_from(value, 'UTF8') FROM kv ORDER BY key;\n";
+  script += "SELECT name || '=' || fence || '.' || lease FROM fences ORDER BY name;\n";
+  std::tie(rc, out) = db.sql(script);
+  ASSERT_EQ(rc, 0) << out;
+  const std::vector<std::string> expected = {
+      "PREPARE", "PREPARE",
+      "INSERT 0 0",  // an older node
+      "INSERT 0 1",  // the stored plain token is (300, 0): it may write again
+      "INSERT 0 1",  // (300, 1) orders after it
+      "INSERT 0 0",  // (300, 0) after (300, 1): refused
+      "INSERT 0 1",  // (300, 2)
+      "INSERT 0 0",  // (300, 1) after (300, 2)
+      "BEGIN", "UPDATE 0", "COMMIT", "BEGIN", "UPDATE 1", "COMMIT",
+      "INSERT 0 1",  // 301 after every lease of 300
+      "INSERT 0 0",  // (300, 9) after 301
+      "balance=next-holder", "account-7=301.0"};
   EXPECT_EQ(lines_of(out), expected) << out;
 }
 

@@ -3,9 +3,11 @@
 // mariadbd on a loopback port with a temporary data directory and drives it
 // with the `mariadb` client. Skipped, saying why, where the server cannot start.
 //
-// The story is the fence per lock: one lock guards two keys (an account's
+// The stories: the fence per lock — one lock guards two keys (an account's
 // balance and history); the successor raises the fence by writing one key; the
-// former holder's stale write to the other key is refused.
+// former holder's stale write to the other key is refused — and the leases of
+// one retained node, ordered by (czxid, lease ordinal), on a table first
+// filled with plain tokens and migrated as documented.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -23,18 +25,25 @@ constexpr const char* kOtherEnsemble = "9d1e0c11-1111-4222-8333-444455556666";
 
 // The SQL of docs/fencing.md, "MySQL / MariaDB (InnoDB)" (keep them the same).
 constexpr const char* kSchema =
+    "CREATE TABLE fences (name VARBINARY(255) PRIMARY KEY, fence BIGINT NOT NULL, lease BIGINT NOT NULL DEFAULT 0, "
+    "source CHAR(36) NOT NULL) ENGINE = InnoDB;"
+    "CREATE TABLE kv (k VARBINARY(255) PRIMARY KEY, v LONGBLOB NOT NULL) ENGINE = InnoDB;";
+// A fences table from before lease ordinals, and its documented migration.
+constexpr const char* kPlainSchema =
     "CREATE TABLE fences (name VARBINARY(255) PRIMARY KEY, fence BIGINT NOT NULL, source CHAR(36) NOT NULL) "
     "ENGINE = InnoDB;"
     "CREATE TABLE kv (k VARBINARY(255) PRIMARY KEY, v LONGBLOB NOT NULL) ENGINE = InnoDB;";
+constexpr const char* kMigrate = "ALTER TABLE fences ADD COLUMN lease BIGINT NOT NULL DEFAULT 0 AFTER fence;";
 constexpr const char* kPut =
     "START TRANSACTION;"
-    "INSERT INTO fences (name, fence, source) VALUES (@fence, @czxid, @ensemble) "
+    "INSERT INTO fences (name, fence, lease, source) VALUES (@fence, @czxid, @lease, @ensemble) "
     "ON DUPLICATE KEY UPDATE "
-    "  fence = IF(VALUES(fence) >= fence AND VALUES(source) = source, VALUES(fence), fence);"
+    "  lease = IF((VALUES(fence), VALUES(lease)) >= (fence, lease) AND VALUES(source) = source, VALUES(lease), lease),"
+    "  fence = IF((VALUES(fence), VALUES(lease)) >= (fence, lease) AND VALUES(source) = source, VALUES(fence), fence);"
     "INSERT INTO kv (k, v) SELECT @key, @value FROM fences "
-    "  WHERE name = @fence AND fence = @czxid AND source = @ensemble FOR UPDATE "
+    "  WHERE name = @fence AND fence = @czxid AND lease = @lease AND source = @ensemble FOR UPDATE "
     "ON DUPLICATE KEY UPDATE v = VALUES(v);"
-    "SELECT fence = @czxid AND source = @ensemble AS applied, fence, source FROM fences "
+    "SELECT fence = @czxid AND lease = @lease AND source = @ensemble AS applied, fence, source FROM fences "
     "  WHERE name = @fence FOR UPDATE;"
     "COMMIT;";
 
@@ -113,9 +122,10 @@ class MariaDb {
 };
 
 std::string put(MariaDb& db, const std::string& fence, const std::string& key, const std::string& value,
-                long long czxid, const std::string& ensemble = kEnsemble) {
+                long long czxid, const std::string& ensemble = kEnsemble, long long lease = 0) {
   const std::string vars = "SET @fence = '" + fence + "', @key = '" + key + "', @value = '" + value +
-                           "', @czxid = " + std::to_string(czxid) + ", @ensemble = '" + ensemble + "';";
+                           "', @czxid = " + std::to_string(czxid) + ", @lease = " + std::to_string(lease) +
+                           ", @ensemble = '" + ensemble + "';";
   auto [rc, out] = db.sql(vars + kPut, "fencing");
   EXPECT_EQ(rc, 0) << out;
   return out.substr(0, out.find('\t'));  // "1" applied, "0" refused
@@ -150,6 +160,29 @@ TEST(SqlFence, MariaDbRunsTheDocumentedFencePerLock) {
   EXPECT_EQ(put(db, "account-8", "balance-8", "5", 10), "1");
   auto [frc, fences] = db.sql("SELECT name, fence FROM fences ORDER BY name", "fencing");
   EXPECT_EQ(fences, "account-7\t400\naccount-8\t10\n");
+}
+
+// A retained node's leases: token 300 (its first grant, stored before lease
+// ordinals existed), then its re-takes 300.1 and 300.2; a later node 301.
+TEST(SqlFence, MariaDbOrdersTheLeasesOfANodeAndKeepsPlainTokens) {
+  MariaDb db;
+  if (auto why = db.start(); !why.empty()) GTEST_SKIP() << "MariaDB cannot start here: " << why;
+  auto [rc, out] = db.sql(std::string("CREATE DATABASE fencing; USE fencing;") + kPlainSchema +
+                          "INSERT INTO fences VALUES ('account-7', 300, '" + kEnsemble + "');" + kMigrate);
+  ASSERT_EQ(rc, 0) << out;
+
+  EXPECT_EQ(put(db, "account-7", "balance", "older-node", 299), "0");
+  EXPECT_EQ(put(db, "account-7", "balance", "w1", 300), "1") << "the stored plain token is (300, 0)";
+  EXPECT_EQ(put(db, "account-7", "balance", "w2", 300, kEnsemble, 1), "1") << "the re-take orders after it";
+  EXPECT_EQ(put(db, "account-7", "history", "w1-late", 300), "0") << "the first lease, late";
+  EXPECT_EQ(put(db, "account-7", "balance", "w3", 300, kEnsemble, 2), "1");
+  EXPECT_EQ(put(db, "account-7", "balance", "w2-late", 300, kEnsemble, 1), "0");
+  EXPECT_EQ(put(db, "account-7", "balance", "next-holder", 301), "1") << "a later node after every lease of 300";
+  EXPECT_EQ(put(db, "account-7", "balance", "w4-late", 300, kEnsemble, 9), "0");
+  EXPECT_EQ(value_of(db, "balance"), "next-holder");
+  EXPECT_EQ(value_of(db, "history"), "");
+  auto [frc, fences] = db.sql("SELECT name, fence, lease FROM fences", "fencing");
+  EXPECT_EQ(fences, "account-7\t301\t0\n");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Retained leases against a real ZooKeeper: a re-take is local (counted by
-// the server: no request, no write beyond the session's heartbeats), keeps
-// the first grant's token and one children watch, and keeps a waiter no
+// the server: no request, no write beyond the session's heartbeats), gives
+// each lease its own token (the node's czxid, the next lease ordinal: more in
+// retain_token_test.cpp), keeps one children watch, and keeps a waiter no
 // longer than the fairness bound of docs/design.md ("Retained leases"): one
 // notification plus one release behind an idle retainer, the hold in
 // progress behind a busy one. Losses while retained: retain_loss_test.cpp.
@@ -47,8 +48,8 @@ const AcquireOptions kOwner{.owner = "retaker"};
 // One session re-taking one lock 10,000 times on a server of its own: the
 // server receives nothing but the session's own upkeep (its heartbeat
 // writes, at most one per period, and pings), writes nothing else, and
-// every re-take returns the retained node with the first grant's token.
-TEST(Retain, TenThousandReTakesSendNoRequestAndKeepTheFirstToken) {
+// every re-take returns the retained node with the node's next lease ordinal.
+TEST(Retain, TenThousandReTakesSendNoRequestAndEachHasItsOwnToken) {
   test::ZkServer server;
   server.start();
   Client c(opts_for(server.connect_string()));
@@ -63,6 +64,7 @@ TEST(Retain, TenThousandReTakesSendNoRequestAndKeepTheFirstToken) {
 
   constexpr int kReTakes = 10000;
   int other_node = 0, other_token = 0, invalid = 0;
+  FencingToken last = token;
   const auto hb0 = impl.heartbeat_writes();
   const auto r0 = requests(server);
   const auto z0 = server_zxid(server);
@@ -70,7 +72,8 @@ TEST(Retain, TenThousandReTakesSendNoRequestAndKeepTheFirstToken) {
   for (int i = 0; i < kReTakes; ++i) {
     Lease l = m.acquire();
     other_node += l.node_path() != node;
-    other_token += !(l.token() == token);
+    other_token += !(l.token() > last && l.token().czxid() == token.czxid());  // the node's next lease
+    last = l.token();
     invalid += !l.valid();
     l.release();
   }
@@ -87,7 +90,7 @@ TEST(Retain, TenThousandReTakesSendNoRequestAndKeepTheFirstToken) {
               kReTakes, us * kReTakes / 1000.0, us, static_cast<long long>(sent), static_cast<long long>(z1 - z0),
               static_cast<long long>(hb));
   EXPECT_EQ(other_node, 0);
-  EXPECT_EQ(other_token, 0) << "a local re-take carries the first grant's token";
+  EXPECT_EQ(other_token, 0) << "a local re-take carries the node's czxid and a later lease ordinal";
   EXPECT_EQ(invalid, 0);
   EXPECT_LE(z1 - z0, hb) << "a write beyond the heartbeats";
   EXPECT_LE(sent, hb + pings) << "a request beyond the session's upkeep";
@@ -112,7 +115,8 @@ TEST(Retain, ManyReTakesKeepOneChildrenWatchThatStillSeesTheNextWaiter) {
   constexpr int kReTakes = 300;
   for (int i = 0; i < kReTakes; ++i) {
     Lease l = m1.acquire();
-    ASSERT_EQ(l.token(), last) << "re-take " << i;
+    ASSERT_TRUE(l.token() > last) << "re-take " << i << ": " << l.token().str() << " after " << last.str();
+    last = l.token();
     l.release();
   }
   const auto after = impl.armed_watches();
@@ -141,7 +145,8 @@ TEST(Retain, AnEarlierLeaseStaysReleasedAfterAReTake) {
   EXPECT_TRUE(b.valid());
   EXPECT_FALSE(a.valid());
   EXPECT_EQ(a.token(), ta);
-  EXPECT_EQ(b.token(), ta) << "a local re-take keeps the token";
+  EXPECT_TRUE(b.token() > ta) << "a local re-take is a new lease: " << b.token().str() << " after " << ta.str();
+  EXPECT_EQ(b.token().czxid(), ta.czxid()) << "the same node";
   a.release();  // a no-op: must not release b
   EXPECT_TRUE(b.valid());
   EXPECT_FALSE(a.loss_reason());
@@ -249,11 +254,11 @@ TEST(Retain, ARetainerReTakingInATightLoopDoesNotStarveAWaiter) {
     std::lock_guard lk(mu);
     std::size_t before = 0;
     while (before < tokens.size() && tokens[before] < tw) ++before;
-    // Non-decreasing: re-takes of one node repeat its token (the round's
+    // Increasing: each re-take of a node is a lease of its own (the round's
     // first grant may be a node not retained, after the contention before).
     for (std::size_t i = 1; i < before; ++i)
-      EXPECT_FALSE(tokens[i] < tokens[i - 1]) << "round " << round << ": " << tokens[i].str() << " after "
-                                              << tokens[i - 1].str();
+      EXPECT_TRUE(tokens[i] > tokens[i - 1]) << "round " << round << ": " << tokens[i].str() << " after "
+                                             << tokens[i - 1].str();
     for (std::size_t i = before; i < tokens.size(); ++i)
       EXPECT_TRUE(tokens[i] > tw) << "round " << round << ": " << tokens[i].str() << " after the waiter's " << tw.str();
     std::printf("[ retain   ] round %d: waiter granted after %.1f ms beside %zu re-takes\n", round, waited, before);

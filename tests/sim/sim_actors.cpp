@@ -31,7 +31,7 @@ void World::on_outcome(int id, const MachineOutcome& c) {
       ++rec.granted;
       rec.release_requested = rec.must_lose = rec.knew_at_release = false;
       rec.held_path = locks_[static_cast<std::size_t>(rec.lock)] + "/" + rec.m->node_name();
-      rec.token = c.token;
+      rec.token = {c.token, c.ordinal};
       ++counters_.grants;
       if (a.asked_on_dead_session != 0 && rec.session != a.asked_on_dead_session) {
         ++counters_.regrants_after_dead_session;

@@ -124,7 +124,7 @@ void World::apply(int id, const detail::MachineCommands& cmds) {
   for (const auto& o : cmds.outcomes) {
     if (cfg_.trace || cfg_.print_trace) {
       std::string l = "m" + std::to_string(id) + " -> " + outcome_name(o.kind);
-      if (o.kind == MachineOutcome::Kind::granted) l += " czxid=" + std::to_string(o.token);
+      if (o.kind == MachineOutcome::Kind::granted) l += " token=" + token_text({o.token, o.ordinal});
       if (!o.message.empty()) l += " (" + o.message + ")";
       note(l);
     }

@@ -16,7 +16,7 @@ void World::violate(const std::string& what) {
 namespace {
 std::string holder_text(const MachineRec& r, int id) {
   return " m" + std::to_string(id) + "(" + std::string(mode_name(r.m->config().mode)) + " " +
-         r.held_path.substr(r.held_path.rfind('/') + 1) + " czxid=" + std::to_string(r.token) + ")";
+         r.held_path.substr(r.held_path.rfind('/') + 1) + " token=" + token_text(r.token) + ")";
 }
 }  // namespace
 
@@ -81,10 +81,10 @@ void World::check_heads() {
   }
 }
 
-// (2) Tokens in grant order: an exclusive grant's czxid exceeds every
-// earlier grant's on the lock, a shared grant's every earlier exclusive one's;
-// a re-take of the node granted last repeats its token (non-decreasing in
-// grant order, strictly increasing between holders).
+// (2) Tokens in grant order, as a fence orders them, (czxid, lease ordinal):
+// an exclusive grant's token exceeds every earlier grant's on the lock, a
+// shared grant's every earlier exclusive one's. Re-takes included: each is
+// a lease of its own, so tokens strictly increase across the leases of a lock.
 void World::check_grant(int id) {
   auto& rec = machines_[static_cast<std::size_t>(id)];
   if (!zk_.find(rec.held_path)) {
@@ -97,13 +97,11 @@ void World::check_grant(int id) {
   }
   const auto l = static_cast<std::size_t>(rec.lock);
   const bool exclusive = rec.m->config().mode == Mode::exclusive;
-  const std::int64_t bound = exclusive ? max_token_[l] : max_exclusive_token_[l];
-  const bool retake_of_last = exclusive && rec.granted > 1 && rec.token == bound && max_token_node_[l] == rec.held_path;
-  if (rec.token <= bound && !retake_of_last) {
-    violate("token order (2) on " + locks_[l] + ":" + holder_text(rec, id) + " granted after a grant with czxid " +
-            std::to_string(bound));
+  const SimToken bound = exclusive ? max_token_[l] : max_exclusive_token_[l];
+  if (rec.token <= bound) {
+    violate("token order (2) on " + locks_[l] + ":" + holder_text(rec, id) + " granted after a grant with token " +
+            token_text(bound));
   }
-  if (rec.token >= max_token_[l]) max_token_node_[l] = rec.held_path;
   max_token_[l] = std::max(max_token_[l], rec.token);
   if (exclusive) max_exclusive_token_[l] = std::max(max_exclusive_token_[l], rec.token);
 }

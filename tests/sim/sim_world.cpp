@@ -56,9 +56,8 @@ void World::setup() {
       zk_.seed_node(locks_.back(), true, 0);
     }
   }
-  max_token_.assign(locks_.size(), 0);
-  max_exclusive_token_.assign(locks_.size(), 0);
-  max_token_node_.assign(locks_.size(), std::string());
+  max_token_.assign(locks_.size(), SimToken{});
+  max_exclusive_token_.assign(locks_.size(), SimToken{});
   holders_.assign(locks_.size(), {});
   for (int i = 0; i < n_slots; ++i) {
     Slot s;

@@ -16,6 +16,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lock_machine.hpp"
@@ -82,6 +83,12 @@ std::string describe(const SimConfig& cfg, const SimResult& r);
 // ---------------------------------------------------------------------------
 // Internal: the world of one run.
 
+// A lease's fencing token as a fence orders it: (czxid, lease ordinal).
+using SimToken = std::pair<std::int64_t, std::int64_t>;
+inline std::string token_text(const SimToken& t) {
+  return std::to_string(t.first) + (t.second ? "." + std::to_string(t.second) : std::string());
+}
+
 struct MachineRec {
   std::unique_ptr<detail::LockMachine> m;
   // A blocker deletion's notification to it was dropped: until it lists
@@ -100,7 +107,7 @@ struct MachineRec {
   bool waiter_told = false;
   std::uint64_t watch_tag = 0;  // its latest list_watch: the children watch that counts
   std::string held_path;   // lock/<name> at the grant
-  std::int64_t token = 0;
+  SimToken token;
 };
 
 struct Route {  // where a reply goes
@@ -219,8 +226,7 @@ class World {
   // the run's shape (from the seed)
   std::uint32_t w_commit_ = 10, w_fault_ = 10, hold_max_ = 50, validity_after_ = 20;
   // grant history per lock, for the token invariant
-  std::vector<std::int64_t> max_token_, max_exclusive_token_;
-  std::vector<std::string> max_token_node_;  // per lock: the node granted max_token_ (a re-take may repeat it)
+  std::vector<SimToken> max_token_, max_exclusive_token_;
   std::vector<std::vector<int>> holders_;  // per lock: granted machines not yet released
   SimCounters counters_;
   std::string violation_;

@@ -374,7 +374,8 @@ std::string print_request(const MachineRequest& c, const Names& names) {
 std::string print_outcome(const MachineOutcome& c, const Names& names) {
   const auto quoted = [&](const std::string& m) { return " \"" + names.shorten_in(m) + "\""; };
   switch (c.kind) {
-    case Out::granted: return "outcome granted token=" + std::to_string(c.token);
+    case Out::granted:  // as the token's text form: ".<ordinal>" on a re-take
+      return "outcome granted token=" + std::to_string(c.token) + (c.ordinal ? "." + std::to_string(c.ordinal) : "");
     case Out::failed: return "outcome failed errc=" + std::string(errc_name(c.errc)) + quoted(c.message);
     case Out::lost: return "outcome lost reason=" + std::string(loss_reason_name(c.reason)) + quoted(c.message);
     case Out::released: return "outcome released";

@@ -48,5 +48,30 @@ TEST(FencingToken, RejectsMalformedText) {
   EXPECT_TRUE(FencingToken::try_parse(kId + ":9223372036854775807"));
 }
 
+// Every lease its own token: a re-take of a retained node has its czxid and
+// the next lease ordinal; the text form appends ".<ordinal>" from 1 on, so a
+// node's first lease reads as every token did before ordinals existed.
+TEST(FencingToken, LeaseOrdinalsOrderAfterTheirNodeAndBeforeTheNextNode) {
+  const auto first = FencingToken::parse(kId + ":300");  // also a token from before ordinals
+  const auto re1 = FencingToken::parse(kId + ":300.1");
+  const auto re2 = FencingToken::parse(kId + ":300.2");
+  const auto re10 = FencingToken::parse(kId + ":300.10");
+  const auto next = FencingToken::parse(kId + ":301");
+  EXPECT_EQ(re1.str(), kId + ":300.1");
+  EXPECT_EQ(first.str(), kId + ":300");
+  EXPECT_NE(first, re1);
+  EXPECT_TRUE(first < re1 && re1 < re2 && re2 < re10 && re10 < next);
+  EXPECT_EQ(re1.czxid(), 300);
+  EXPECT_EQ(re1, FencingToken::parse(re1.str()));
+  EXPECT_EQ(FencingToken::parse(kId + ":300.1") <=> FencingToken::parse(kOther + ":300.2"),
+            std::partial_ordering::unordered);
+  EXPECT_TRUE(FencingToken::try_parse(kId + ":0.9223372036854775807"));
+  for (const std::string& bad : {kId + ":300.0", kId + ":300.", kId + ":.1", kId + ":300.01", kId + ":300.-1",
+                                 kId + ":300.+1", kId + ":300.1.2", kId + ":300.1x", kId + ":300.9223372036854775808",
+                                 kId + ":300:1"}) {
+    EXPECT_FALSE(FencingToken::try_parse(bad)) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace zklock

@@ -19,14 +19,16 @@
 //   zklock::FairMutex mutex(client, "/locks/invoice-42", {.retain = 500ms});
 //   zklock::Lease a = mutex.acquire();  // as always
 //   a.release();                        // nobody waits: the node stays idle, no request sent
-//   zklock::Lease b = mutex.acquire();  // re-take: no request, b.token() == a.token()
+//   zklock::Lease b = mutex.acquire();  // re-take: no request, b.token() > a.token() (same czxid)
 //
 // A release while nobody is known to wait keeps the node, idle, for up to
 // `retain`; a children watch on the lock ends the retention as soon as
 // someone queues (the node is then deleted at once, with the hand-off), as
 // does the retain time running out. A re-take by the same owner through the
 // same mutex object is decided locally, with no request: it grants the same
-// node again, with the same token, while the client is connected, inside
+// node again, as a new lease: the node's czxid with the next lease ordinal
+// (zklock/token.hpp), so a fence refuses the earlier lease's late writes
+// once this one has written; while the client is connected, inside
 // its validity bound, and the watch has not fired; otherwise the node is
 // released and the re-take is a normal acquisition (behind any waiter).
 // Fairness: the owner may re-take until the watch's notification arrives,

@@ -13,12 +13,16 @@
 // history), admit every write to any of them under the same fence name, so a
 // paused former holder is refused even on the items the new holder has not
 // written yet. (The parameter is called `resource` below: it is the fence.)
-// admit() then decides, atomically with respect to every other admit():
+// admit() then decides, atomically with respect to every other admit(),
+// ordering tokens of one ensemble as the pair (czxid, lease ordinal)
+// (zklock/token.hpp; a token without an ordinal has ordinal 0):
 //   - no mark yet:                       admitted; the token becomes the mark
 //                                        and fixes the resource's source ensemble
-//   - same ensemble, czxid >= the mark:  admitted; the mark rises to it (the
+//   - same ensemble, token >= the mark:  admitted; the mark rises to it (the
 //                                        holder may write any number of times)
-//   - same ensemble, czxid <  the mark:  rejected, Verdict::stale
+//   - same ensemble, token <  the mark:  rejected, Verdict::stale (an earlier
+//                                        holder, or an earlier lease of the
+//                                        same retained node)
 //   - another ensemble:                  rejected, Verdict::foreign_source, even
 //                                        when its czxid is larger: czxids of two
 //                                        ensembles are unrelated counters
@@ -54,7 +58,11 @@
 //
 // State file format, version 1 (text, one entry per line):
 //   zklock-fence-state 1 entries=<N> bytes=<body length> crc32=<8 hex digits>\n
-//   <ensemble-id>:<czxid> <resource, percent-encoded>\n      (N times: the body)
+//   <token> <resource, percent-encoded>\n      (N times: the body)
+// <token> is the token's text form (docs/protocol.md, "Fencing tokens"):
+// "<ensemble-id>:<czxid>", or "<ensemble-id>:<czxid>.<ordinal>" for a
+// re-take's lease. A file written before ordinals existed reads as it is;
+// a build from before then refuses a file holding an ordinal (malformed).
 // The CRC-32 (IEEE) covers the body; bytes catches truncation at a line end.
 //
 // Thread-safety: all methods may be called concurrently. Resources are spread
@@ -176,7 +184,7 @@ class FenceGate {
   // be written throws Error(io_error); the token is then not admitted and the
   // mark is unchanged.
   AdmitResult admit(std::string_view resource, const FencingToken& token);
-  // As above for the token's text form "<ensemble-id>:<czxid>"; text that does
+  // As above for the token's text form (FencingToken::parse); text that does
   // not parse is rejected as Verdict::malformed (not thrown).
   AdmitResult admit(std::string_view resource, std::string_view token_text);
 

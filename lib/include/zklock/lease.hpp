@@ -32,8 +32,8 @@
 //
 // Retained leases (MutexOptions::retain): a re-take reuses the same lock
 // node; each lease still speaks only for its own grant — after release()
-// valid() is false and token() keeps the token it was granted with, even
-// when a later lease re-took the node.
+// valid() is false and token() keeps its own token (a re-take's: the node's
+// czxid, the next lease ordinal), even when a later lease re-took the node.
 //
 // Thread-safety: all methods may be called concurrently. on_lost callbacks
 // run on the client's callback thread, once.
