@@ -113,11 +113,6 @@ std::uint64_t Client::diverged_servers_seen() const {
   for (const auto& s : impl_->shards->all()) n += s->diverged_seen();
   return n;
 }
-std::uint64_t Client::diverged_servers_left() const {
-  auto n = impl_->servers_left();
-  for (const auto& s : impl_->shards->all()) n += s->servers_left();
-  return n;
-}
 std::size_t Client::sessions() const { return 1 + impl_->shards->all().size(); }
 std::vector<std::size_t> Client::seated_watch_bytes() const {
   std::vector<std::size_t> out{impl_->seated_bytes()};
@@ -138,7 +133,6 @@ std::chrono::milliseconds Client::Impl::wait_check_period() const {
 void Client::Impl::note_diverged(const std::string& lock_path, const std::string& detail) {
   diverged_seen_.fetch_add(1);
   log->warn("zookeeper session 0x{:x}: {} (docs/operations.md, \"A diverged server\")", session_id(), detail);
-  defer([this] { leave_current_server(); });  // unlocked: the caller holds its attempt's lock
   if (!opts.observer) return;
   post_user([observer = opts.observer, log = log, lock_path, detail] {
     try {

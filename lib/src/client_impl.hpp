@@ -196,11 +196,6 @@ struct Client::Impl {
   // the session as after expiry (reconnect_loop.cpp).
   bool connection_closed(Handle* h);
   std::uint64_t reconnect_loops_seen() const { return reconnect_loops_.load(); }
-  // Moves the session off the server it is connected to, to the connect
-  // string's other members, for a while (server_move.cpp); once per session
-  // until then. note_diverged() asks for it, on the timer thread.
-  void leave_current_server();
-  std::uint64_t servers_left() const { return servers_left_.load(); }
   // The ensemble's settings the bound depends on, read at start (conf) or
   // given (ClientOptions::server_tick_time); tick 0 when neither worked.
   struct ServerSettings {
@@ -376,8 +371,6 @@ struct Client::Impl {
   std::atomic<std::uint64_t> diverged_seen_{0};
   std::atomic<std::size_t> seated_bytes_{0};
   std::atomic<std::uint64_t> reconnect_loops_{0};
-  std::atomic<std::uint64_t> servers_left_{0};
-  std::atomic<std::uint64_t> left_server_epoch_{0};  // written under the shared handle_mu_: atomic
   std::atomic<Clock::rep> heartbeat_period_{std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(1)).count()};
   Clock::rep lapse_reported_for_ = Clock::time_point::min().time_since_epoch().count();  // GUARDED_BY(bound_mu_)
 

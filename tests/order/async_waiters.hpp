@@ -20,6 +20,19 @@ struct Outcomes {
   std::vector<int> grants;  // GUARDED_BY(mu): per waiter
   int done = 0, failed = 0;  // GUARDED_BY(mu)
   std::atomic<int> inside{0}, overlaps{0};
+
+  // Empty when no waiter failed, none was granted while another held, and
+  // each was granted exactly once; otherwise what went wrong.
+  std::string faults() {
+    std::lock_guard lk(mu);
+    int not_once = 0;
+    for (int g : grants) not_once += g != 1;
+    std::string f;
+    if (failed != 0) f += std::to_string(failed) + " failed; ";
+    if (overlaps.load() != 0) f += std::to_string(overlaps.load()) + " granted while another held; ";
+    if (not_once != 0) f += std::to_string(not_once) + " not granted exactly once; ";
+    return f;
+  }
 };
 
 // Queues `n` async waiters ("w-<i>") on `m`; each releases at once when

@@ -90,17 +90,12 @@ TEST(WatchBudget, TwentyThousandWaitersOnOneLockSurviveACut) {
   EXPECT_FALSE(looping()) << "a session asked the server to re-arm more watches than its jute.maxbuffer: it "
                              "cannot reconnect";
   EXPECT_GT(proxy.largest_request(test::wire::kSetWatches), 0U) << "no session re-armed its watches";
-  std::lock_guard lk(out.mu);
-  EXPECT_EQ(out.failed, 0);
-  EXPECT_EQ(out.overlaps.load(), 0);
-  int not_once = 0;
-  for (int g : out.grants) not_once += g != 1;
-  EXPECT_EQ(not_once, 0) << "waiters not granted exactly once";
+  EXPECT_EQ(out.faults(), "");
   EXPECT_TRUE(eventually([&] { return holder_client.children(path).empty(); }, 30s));
 }
 
-// A budget of 4 KiB seats about 17 attempts per session: 60 waiters take
-// four. Across the sessions the owner-wide rules hold (one attempt per owner
+// A budget of 4 KiB seats about 15 attempts per session: 60 waiters take
+// four or more. Across the sessions the owner-wide rules hold (one attempt per owner
 // and lock), each lease is valid on its own session, and the queue drains
 // with every waiter granted once and never two at a time.
 TEST(WatchBudget, WaitersSpreadOverSessionsKeepTheLocksRules) {
@@ -136,10 +131,7 @@ TEST(WatchBudget, WaitersSpreadOverSessionsKeepTheLocksRules) {
     std::unique_lock lk(out.mu);
     ASSERT_TRUE(out.cv.wait_for(lk, 60s, [&] { return out.done == kWaiters; })) << out.done << " done";
   }
-  std::lock_guard lk(out.mu);
-  EXPECT_EQ(out.failed, 0);
-  EXPECT_EQ(out.overlaps.load(), 0);
-  for (int i = 0; i < kWaiters; ++i) EXPECT_EQ(out.grants[static_cast<std::size_t>(i)], 1) << "w-" << i;
+  EXPECT_EQ(out.faults(), "");
   EXPECT_TRUE(eventually([&] { return holder_client.children(path).empty(); }, 10s));
   // Every seat given back once the attempts are over.
   EXPECT_TRUE(eventually([&] {

@@ -112,52 +112,6 @@ TEST(WaitingWatchdog, AGhostAtTheHeadIsProbedAtTheLeaderAndPassed) {
   proxy.clear_ghost();
 }
 
-// The same ghost, with a second member in the connect string (another proxy
-// to the same server, which shows no ghost): once the leader says the head
-// is gone, the session leaves the member that lists it and reconnects to the
-// other, and a later waiter there is not held up by the ghost at all.
-TEST(WaitingWatchdog, AGhostAtTheHeadMovesTheSessionToAnotherMember) {
-  auto& zk = test::shared_server();
-  test::FaultProxy diverged(zk.port());
-  test::FaultProxy healthy(zk.port());
-  Client direct({.connect = zk.connect_string()});
-  auto options = through(diverged);
-  options.connect += "," + healthy.connect_string();
-  Client waiter_client(options);
-  // On the diverged member first (the C client picks one at random).
-  const auto on = [&](const test::FaultProxy& p) {
-    const auto before = p.answered(test::wire::kExists, "/zookeeper");
-    waiter_client.stat("/zookeeper");
-    return p.answered(test::wire::kExists, "/zookeeper") > before;
-  };
-  if (!on(diverged)) {
-    healthy.cut();
-    ASSERT_TRUE(eventually([&] { return waiter_client.connected() && on(diverged); }, 10s));
-  }
-  const auto path = unique_lock_path("watchdog-move");
-  {
-    FairMutex warm(direct, path);
-    for (int i = 0; i < 3; ++i) warm.acquire().release();
-  }
-  const auto ghost = protocol::lock_node_prefix(Mode::exclusive, protocol::owner_key("ghost"),
-                                                std::string(32, 'a')) + "0000000000";
-  diverged.ghost(path, ghost);
-  FairMutex waiting(waiter_client, path);
-  auto first = waiting.try_acquire_for(15s);
-  ASSERT_TRUE(first.has_value()) << "timed out behind the ghost";
-  EXPECT_EQ(waiter_client.diverged_servers_seen(), 1u);
-  ASSERT_TRUE(eventually([&] { return waiter_client.diverged_servers_left() == 1; }, 5s));
-  first->release();
-  ASSERT_TRUE(eventually([&] { return waiter_client.connected() && on(healthy); }, 10s))
-      << "the session did not move to the other member";
-  const auto asked = Clock::now();
-  auto second = waiting.try_acquire_for(15s);
-  ASSERT_TRUE(second.has_value());
-  EXPECT_LT(Clock::now() - asked, kPeriod) << "the second waiter waited behind the ghost again";
-  EXPECT_EQ(waiter_client.diverged_servers_seen(), 1u);
-  diverged.clear_ghost();
-}
-
 // An owner's idle retained node is deleted by another client, and the
 // children notification that would tell the owner is lost: its quiet watch
 // still says nobody came. Past the watchdog's period since a listing last

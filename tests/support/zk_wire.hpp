@@ -24,7 +24,7 @@ namespace zklock::test::wire {
 // WatcherEvent types (Watcher.Event.EventType).
 enum EventType : std::int32_t { kCreated = 1, kDeleted = 2, kDataChanged = 3, kChildrenChanged = 4 };
 // OpCode values the proxy looks at.
-enum OpCode : std::int32_t { kExists = 3, kGetData = 4, kGetChildren = 8, kGetChildren2 = 12, kSetWatches = 101 };
+enum OpCode : std::int32_t { kGetData = 4, kGetChildren = 8, kGetChildren2 = 12, kSetWatches = 101 };
 constexpr std::size_t kReplyHeader = 4 + 4 + 8 + 4;  // len, xid, zxid, err
 
 inline std::int32_t i32(const std::string& f, std::size_t at) {

@@ -217,10 +217,6 @@ class Client {
   // node that the leader says is gone (ClientOptions::wait_check): the
   // server has diverged from the quorum. Logged at warning each time.
   std::uint64_t diverged_servers_seen() const;
-  // How many times a session of this client then left that server for the
-  // connect string's other members (for 5 minutes; docs/operations.md, "A
-  // diverged server"). Not when the connect string names no other.
-  std::uint64_t diverged_servers_left() const;
   // How many ZooKeeper sessions this Client runs: its own, and one more for
   // each ClientOptions::watch_budget_bytes of lock attempts' watches under
   // way. state(), session_id(), listeners and the operations below concern
