@@ -1,5 +1,6 @@
 // zklock cycles [PATH]: the wait-for cycles right now, read-only, found by
 // the detector's own graph code (lib/model).
+#include <algorithm>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -24,15 +25,26 @@ void run_cycles(const GlobalOptions& g, const CyclesOptions& o) {
   const auto tree = read_tree(*client, path);
   const auto analysis = analyze(tree.locks, min_wait, now_ms());
   const auto cycles = analysis.graph.cycles();
+  // Abandoned waits (model::abandoned_wait) close no cycle: name them, so a
+  // cycle-shaped tree that shows none is explained.
+  std::vector<std::string> abandoned;
+  for (const auto& [path, info] : analysis.nodes) {
+    if (info.abandoned) abandoned.push_back(path);
+  }
+  std::sort(abandoned.begin(), abandoned.end());
 
   if (g.json) {
     nlohmann::json j{{"root", path}, {"cycles", nlohmann::json::array()}};
     for (const auto& c : cycles) j["cycles"].push_back(model::cycle_json(c));
+    j["abandoned_waits"] = abandoned;
     add_unreadable_json(j, tree);
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return;
   }
   warn_if_partial(tree);
+  for (const auto& p : abandoned) {
+    std::cout << "abandoned wait (its owner gave up; counted in no cycle): " << p << "\n";
+  }
   if (cycles.empty()) {
     std::cout << (tree.complete() ? "no cycles under " : "no cycles in the readable part of ") << path << "\n"
               << unreadable_text(tree);

@@ -31,6 +31,9 @@ void run_queue(const GlobalOptions& g, const QueueOptions& o) {
   };
   std::vector<Row> rows;
   std::size_t holders = 0;
+  // "abandoned": a waiting node past its stated timeout and the skew
+  // allowance (model::abandoned_wait): its owner gave up while disconnected.
+  const auto state = [](const model::NodeInfo& i) { return i.holds ? "holds" : i.abandoned ? "abandoned" : "waits"; };
   for (std::size_t i = 0; i < lock.nodes.size(); ++i) {
     const auto& n = lock.nodes[i];
     const auto* info = &analysis.nodes.at(n.path);
@@ -50,7 +53,7 @@ void run_queue(const GlobalOptions& g, const QueueOptions& o) {
                      {"foreign", nlohmann::json::array()}};
     for (const auto& r : rows) {
       nlohmann::json n{{"position", r.position},
-                       {"state", r.info->holds ? "holds" : "waits"},
+                       {"state", state(*r.info)},
                        {"mode", mode_name(r.info->mode)},
                        {"owner", r.info->owner},
                        {"owner_key", r.node->parsed->owner_key},
@@ -83,7 +86,7 @@ void run_queue(const GlobalOptions& g, const QueueOptions& o) {
   Table t({"POS", "STATE", "MODE", "OWNER", "NODE", "SEQ", "TOKEN", "SESSION", "AGE"});
   for (const auto& r : rows) {
     t.add_row({std::to_string(r.position) + (r.info->holds ? "*" : ""),
-               r.info->holds ? "holds" : "waits",
+               state(*r.info),
                std::string(mode_name(r.info->mode)), r.info->owner, r.node->name,
                std::to_string(r.node->parsed->sequence), r.token.empty() ? "-" : r.token,
                session_hex(r.node->stat.ephemeral_owner),

@@ -191,6 +191,9 @@ model::LockQueue to_queue(const LockView& lock) {
     if (n.data) {
       qn->owner = n.data->owner;
       qn->priority = n.data->priority;
+      // Only data that names the node's owner states its timeout (the
+      // detector's mirror trusts the same data, mirror_apply.cpp).
+      if (model::names_owner(n.data->owner, qn->owner_key)) qn->gives_up_after_ms = n.data->gives_up_after_ms;
     }
     qn->czxid = n.stat.czxid;
     qn->ctime_ms = n.stat.ctime;

@@ -81,9 +81,10 @@ Daemon::Daemon(DetectorConfig config) : config_(std::move(config)) {
   }
   mirror_->start();
   election_->start();
-  log_->info("detector {} started: root {}, interval {} ms, min-wait {} ms, policy {}, mode {}{}", config_.id,
-             config_.root, config_.interval.count(), config_.min_wait.count(), policy_name(config_.policy.policy),
-             revocation_mode_name(config_.mode), config_.dry_run ? ", dry run" : "");
+  log_->info("detector {} started: root {}, interval {} ms, min-wait {} ms, abandon-skew {} ms, policy {}, mode {}{}",
+             config_.id, config_.root, config_.interval.count(), config_.min_wait.count(),
+             config_.abandon_skew.count(), policy_name(config_.policy.policy), revocation_mode_name(config_.mode),
+             config_.dry_run ? ", dry run" : "");
 }
 
 Daemon::~Daemon() {
@@ -165,7 +166,9 @@ std::vector<CycleReport> Daemon::scan_once() {
   const auto started = Clock::now();
   const auto now_ms = wall_now_ms();
   const auto snapshot = mirror_->snapshot();
-  const auto analysis = model::analyze_snapshot(snapshot, model::AnalyzeOptions{now_ms, config_.min_wait});
+  model::AnalyzeOptions opts{now_ms, config_.min_wait};
+  opts.abandon_skew = config_.abandon_skew;
+  const auto analysis = model::analyze_snapshot(snapshot, opts);
   const auto cycles = analysis.graph.cycles();
   const auto leader_node = election_->leader_node();
 
@@ -296,8 +299,9 @@ CycleReport Daemon::handle_cycle(const model::Cycle& cycle, const model::WaitAna
 
 void Daemon::update_status(const model::QueueSnapshot& snapshot, std::int64_t now_ms) {
   // Every current wait, however young: the page shows the tree as it is.
-  auto data = build_status(model::analyze_snapshot(snapshot, model::AnalyzeOptions{now_ms, std::chrono::milliseconds(0)}),
-                           snapshot.lone_queues, now_ms);
+  model::AnalyzeOptions opts{now_ms, std::chrono::milliseconds(0)};
+  opts.abandon_skew = config_.abandon_skew;
+  auto data = build_status(model::analyze_snapshot(snapshot, opts), snapshot.lone_queues, now_ms);
   data.root = config_.root;
   data.detector_id = config_.id;
   data.leader = election_->is_leader();

@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
   DetectorConfig cfg;
   cfg.metrics_port = 9464;
   std::string interval = "1s", min_wait = "1s", session_timeout = "10s", resync = "1m", prune = "1m";
+  std::string abandon_skew = "5s";
   std::string policy = "youngest", mode = "wait", log_format = "text", log_level = "info";
   std::string auth, auth_file;
   app.add_option("--zk", cfg.zk, "ZooKeeper connect string host:port[,host:port...][/chroot]")->capture_default_str();
@@ -104,6 +105,9 @@ int main(int argc, char** argv) {
   app.add_option("--interval", interval, "Periodic sweep: a scan runs at least this often")
       ->check(kDuration)->capture_default_str();
   app.add_option("--min-wait", min_wait, "Only waits older than this count (ordinary hand-offs are never touched)")
+      ->check(kDuration)->capture_default_str();
+  app.add_option("--abandon-skew", abandon_skew,
+                 "Clock-skew allowance: a wait this long past its stated timeout is abandoned and closes no cycle")
       ->check(kDuration)->capture_default_str();
   app.add_option("--policy", policy, "Victim policy")
       ->check(CLI::IsMember(zklock::detector::policy_names()))->capture_default_str();
@@ -147,6 +151,7 @@ int main(int argc, char** argv) {
 
   cfg.interval = *parse_duration(interval);
   cfg.min_wait = *parse_duration(min_wait);
+  cfg.abandon_skew = *parse_duration(abandon_skew);
   cfg.session_timeout = *parse_duration(session_timeout);
   cfg.resync_interval = *parse_duration(resync);
   cfg.prune_interval = *parse_duration(prune);

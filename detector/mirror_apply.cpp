@@ -142,7 +142,8 @@ void Mirror::Core::on_get(const Work& w, Status s, const std::string& data, cons
           n.have_stat = true;
           auto decoded = protocol::decode_node_data(data);
           if (decoded && protocol::owner_key(decoded->owner) == protocol::parse_lock_node_name(name)->owner_key) {
-            index.set_read(n.lock, name, st.czxid, st.ctime, std::move(decoded->owner), decoded->priority);
+            index.set_read(n.lock, name, st.czxid, st.ctime, std::move(decoded->owner), decoded->priority,
+                           decoded->gives_up_after_ms);
           } else {
             index.set_read(n.lock, name, st.czxid, st.ctime, {}, 0);
             ++stats.bad_data;

@@ -47,7 +47,7 @@ bool LockIndex::insert(const std::string& lock, QueueNode node) {
 }
 
 void LockIndex::set_read(const std::string& lock, const std::string& name, std::int64_t czxid, std::int64_t ctime_ms,
-                         std::string owner, int priority) {
+                         std::string owner, int priority, std::int64_t gives_up_after_ms) {
   auto qit = queues_.find(lock);
   if (qit == queues_.end()) return;
   auto nit = qit->second.find(name);
@@ -58,6 +58,7 @@ void LockIndex::set_read(const std::string& lock, const std::string& name, std::
   n.ctime_ms = ctime_ms;
   n.owner = std::move(owner);
   n.priority = priority;
+  n.gives_up_after_ms = gives_up_after_ms;
   count_owner(n, +1);
 }
 

@@ -30,6 +30,13 @@ bool names_owner(std::string_view owner, std::string_view key) { return !owner.e
 
 std::string unknown_owner(std::string_view key) { return "owner-key:" + std::string(key); }
 
+bool abandoned_wait(const QueueNode& n, std::int64_t now_ms, std::chrono::milliseconds skew) noexcept {
+  if (n.gives_up_after_ms <= 0 || n.ctime_ms == 0) return false;
+  // Compared as a difference: the stated timeout is untrusted data and may be huge.
+  const auto age = now_ms - n.ctime_ms;
+  return age > 0 && age - skew.count() > n.gives_up_after_ms;
+}
+
 namespace {
 
 // Adds one queue's nodes, holders, waiters and waits to `out`. `owner_of`
@@ -44,12 +51,15 @@ void analyze_queue(const LockQueue& q, const OwnerOf& owner_of, const AnalyzeOpt
   const auto mode = [](const QueueNode& n) { return n.mode; };
   const std::vector<bool> holds = holders(nodes, mode);
   std::vector<std::string> owners(nodes.size()), paths(nodes.size());
+  std::vector<bool> abandoned(nodes.size(), false);
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     owners[i] = owner_of(nodes[i].owner_key);
     paths[i] = node_path(q.path, nodes[i].name);
 
-    NodeInfo info{paths[i], q.path,           owners[i],      nodes[i].mode,
-                  holds[i], nodes[i].priority, nodes[i].czxid, nodes[i].ctime_ms};
+    abandoned[i] = !holds[i] && abandoned_wait(nodes[i], options.now_ms, options.abandon_skew);
+    out.abandoned += abandoned[i] ? 1 : 0;
+    NodeInfo info{paths[i],     q.path,           owners[i],      nodes[i].mode,     holds[i],
+                  abandoned[i], nodes[i].priority, nodes[i].czxid, nodes[i].ctime_ms};
     out.nodes.insert_or_assign(paths[i], std::move(info));
     auto& owner = out.owners[owners[i]];
     if (owner.owner_key.empty()) owner.owner_key = nodes[i].owner_key;
@@ -73,6 +83,9 @@ void analyze_queue(const LockQueue& q, const OwnerOf& owner_of, const AnalyzeOpt
     const auto age = options.now_ms - n.ctime_ms;
     out.oldest_wait_ms = std::max(out.oldest_wait_ms, age);
     if (age < min_wait_ms) continue;
+    // Its owner gave up waiting; only its delete is pending. An edge from it
+    // would claim a wait nobody has.
+    if (abandoned[i]) continue;
     if (edges >= options.max_queue_edges) {
       ++out.truncated_waiters;
       continue;

@@ -39,7 +39,7 @@ std::string node_data_for(const protocol::NodeData& d) {
   thread_local std::optional<Memo> memo;
   const auto same = [&](const protocol::NodeData& m) {
     return m.pid == d.pid && m.mode == d.mode && m.priority == d.priority && m.owner == d.owner &&
-           m.host == d.host && m.description == d.description;
+           m.host == d.host && m.description == d.description && m.gives_up_after_ms == d.gives_up_after_ms;
   };
   if (!memo || !same(memo->in)) memo = Memo{d, protocol::encode_node_data(d)};  // throws before replacing
   return memo->out;
@@ -64,6 +64,12 @@ LockAttempt::LockAttempt(Client& client, Seat seat, AttemptRequest request, Done
   d.mode = req_.mode;
   d.priority = req_.options.priority;
   d.description = req_.options.description;
+  // Stated relative to the node's ctime, not as a deadline of our clock: the
+  // timer (start()) starts before the create is sent, so ctime + timeout is
+  // never before we give up, and the detector compares only the server's
+  // clock with its own (docs/protocol.md, "Data"). Constant per request
+  // options, so the memo still serves repeated acquisitions.
+  if (req_.timeout > std::chrono::milliseconds::zero()) d.gives_up_after_ms = req_.timeout.count();
   data_ = node_data_for(d);  // throws invalid_argument for an over-long owner
 }
 

@@ -18,6 +18,7 @@ nlohmann::json to_json(const NodeData& d) {
                       {"mode", std::string(mode_name(d.mode))},
                       {"priority", d.priority}};
   if (!d.description.empty()) j["description"] = d.description;
+  if (d.gives_up_after_ms > 0) j["gives_up_after_ms"] = d.gives_up_after_ms;
   return j;
 }
 
@@ -54,11 +55,13 @@ std::optional<NodeData> decode_node_data(std::string_view bytes) noexcept {
     NodeData d;
     d.owner = j.at("owner").get<std::string>();
     d.host = j.value("host", "");
-    std::int64_t pid = 0, priority = 0;
+    std::int64_t pid = 0, priority = 0, gives_up_after = 0;
     if (!detail::read_int_field(j, "pid", 0, INT64_MAX, pid) ||
-        !detail::read_int_field(j, "priority", INT32_MIN, INT32_MAX, priority)) {
+        !detail::read_int_field(j, "priority", INT32_MIN, INT32_MAX, priority) ||
+        !detail::read_int_field(j, "gives_up_after_ms", 0, INT64_MAX, gives_up_after)) {
       return std::nullopt;
     }
+    d.gives_up_after_ms = gives_up_after;
     d.pid = pid;
     const auto mode = j.value("mode", std::string("exclusive"));
     if (mode == "exclusive") d.mode = Mode::exclusive;

@@ -2,8 +2,11 @@
 // and `revocations` by hand, and zklock-detector breaking one by itself.
 #include <algorithm>
 #include <iostream>
+#include <thread>
 
 #include "cli_fixture.hpp"
+#include "zklock/client.hpp"
+#include "zklock/protocol/node_name.hpp"
 
 namespace zklock::cli_test {
 
@@ -159,5 +162,50 @@ TEST_F(CliTest, DetectorMakesOneNestedExecADeadlockVictim) {
 }
 
 #endif
+
+// A cycle-shaped tree whose one wait states a 1 ms timeout: once that is
+// past by more than the default 5 s skew allowance, the wait is abandoned
+// (its owner gave up); `cycles` shows no cycle and names it, `queue` shows
+// its state as abandoned (docs/detector.md, "Abandoned waits").
+TEST_F(CliTest, AnAbandonedWaitClosesNoCycleAndQueueSaysSo) {
+  Client c(ClientOptions{.connect = zk_});
+  const auto x = root_ + "/X", y = root_ + "/Y";
+  c.ensure_path(x, CreateMode::persistent);
+  c.ensure_path(y, CreateMode::persistent);
+  // The data as docs/protocol.md spells it, the field written by hand.
+  const auto plant = [&](const std::string& lock, const std::string& owner, std::int64_t gives_up_after_ms) {
+    json d{{"owner", owner}, {"host", "h"}, {"pid", 1}, {"mode", "exclusive"}, {"priority", 0}};
+    if (gives_up_after_ms) d["gives_up_after_ms"] = gives_up_after_ms;
+    const auto name = protocol::lock_node_prefix(Mode::exclusive, protocol::owner_key(owner), protocol::new_guid());
+    return c.create(lock + "/" + name, d.dump(), CreateMode::ephemeral_sequential);
+  };
+  plant(x, "alice", 0);
+  plant(y, "bob", 0);
+  plant(x, "bob", 0);
+  const auto abandoned = plant(y, "alice", 1);
+
+  // Within its timeout and the allowance the wait counts.
+  auto r = zklock({"cycles", "--json"});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(json::parse(r.out)["cycles"].size(), 1u) << r.out;
+
+  Stat st;
+  c.get(abandoned, &st);
+  const auto past = std::chrono::system_clock::time_point(milliseconds(st.ctime + 1 + 5000 + 50));
+  std::this_thread::sleep_until(past);  // the claim's precondition: a clock condition
+  r = zklock({"cycles", "--json"});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  const auto j = json::parse(r.out);
+  EXPECT_TRUE(j["cycles"].empty()) << r.out;
+  EXPECT_EQ(j["abandoned_waits"], json::array({abandoned})) << r.out;
+  r = zklock({"cycles"});
+  EXPECT_NE(r.out.find("abandoned wait (its owner gave up; counted in no cycle): " + abandoned), std::string::npos)
+      << r.out;
+  r = zklock({"queue", y, "--json"});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  const auto q = json::parse(r.out);
+  EXPECT_EQ(q["nodes"][0]["state"], "holds");
+  EXPECT_EQ(q["nodes"][1]["state"], "abandoned") << r.out;
+}
 
 }  // namespace zklock::cli_test

@@ -53,6 +53,10 @@ struct DetectorConfig {
   std::string root = "/locks";
   std::chrono::milliseconds interval{1000};
   std::chrono::milliseconds min_wait{1000};
+  // Clock-skew allowance past a wait's stated timeout (gives_up_after_ms):
+  // beyond it the node is an abandoned wait and closes no cycle
+  // (model::abandoned_wait, docs/detector.md "Abandoned waits").
+  std::chrono::milliseconds abandon_skew{5000};
   std::chrono::milliseconds session_timeout{10000};
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds resync_interval{60000};

@@ -7,7 +7,7 @@
 // Compact JSON, at most 256 bytes, written once at create and never changed
 // (docs/protocol.md).
 //   {"owner":"host/123/7","host":"host","pid":123,"mode":"exclusive","priority":0,
-//    "description":"nightly invoice run"}
+//    "description":"nightly invoice run","gives_up_after_ms":5000}
 #pragma once
 
 #include <cstdint>
@@ -28,6 +28,12 @@ struct NodeData {
   Mode mode = Mode::exclusive;
   int priority = 0;
   std::string description;  // optional; empty means absent
+  // The acquisition's timeout: it stops waiting at most this long after the
+  // node's creation (its ctime, the server's clock; the timer starts before
+  // the create is sent). 0: no timeout, the field is absent and the node
+  // waits until granted or cancelled. Past it (and a clock-skew allowance)
+  // a node still waiting is an abandoned wait the detector does not count.
+  std::int64_t gives_up_after_ms = 0;
 };
 
 // Encodes compactly. An over-long description is truncated (at a UTF-8

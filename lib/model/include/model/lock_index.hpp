@@ -48,10 +48,11 @@ class LockIndex {
   // Adds `node` to the queue of `lock`; false (and no change) when a node of
   // that name is already there.
   bool insert(const std::string& lock, QueueNode node);
-  // The node's read completed: its stat, and the owner and priority from its
-  // data (owner empty when the data did not decode). No effect when absent.
+  // The node's read completed: its stat, and the owner, priority and stated
+  // timeout from its data (owner empty and timeout 0 when the data did not
+  // decode). No effect when absent.
   void set_read(const std::string& lock, const std::string& name, std::int64_t czxid, std::int64_t ctime_ms,
-                std::string owner, int priority);
+                std::string owner, int priority, std::int64_t gives_up_after_ms = 0);
   // No effect when absent.
   void erase(const std::string& lock, const std::string& name);
 

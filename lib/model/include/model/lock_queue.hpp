@@ -12,6 +12,14 @@
 // old waiter are older still (queues only grow at the tail), so filtering by
 // the waiter's age never hides a blocker.
 //
+// Abandoned waits: a waiting node whose data states a timeout
+// (gives_up_after_ms, docs/protocol.md) and whose ctime + that timeout +
+// AnalyzeOptions::abandon_skew lies before now_ms waits for nothing: its
+// owner gave up and could not delete it (disconnected). It gets no edge
+// (so it can neither close a cycle nor be a victim's reason), while edges
+// towards it stay: the nodes behind it do wait until it goes. Nodes without
+// the field (no timeout, older clients) are never abandoned.
+//
 // Owners (one rule for the detector and the CLI): node data names the owner
 // only when its owner id hashes to the owner key in the node's name
 // (names_owner()); an owner key's owner is the smallest id so named by any
@@ -48,6 +56,7 @@ struct QueueNode {
   int priority = 0;          // from node data
   std::int64_t czxid = 0;    // 0 while the node's stat is unknown
   std::int64_t ctime_ms = 0;  // server time of creation; 0 while unknown
+  std::int64_t gives_up_after_ms = 0;  // from node data; 0: no timeout stated (or unknown)
 };
 
 struct LockQueue {
@@ -62,7 +71,14 @@ struct AnalyzeOptions {
   std::int64_t now_ms = 0;                           // wall clock, ms since the epoch
   std::chrono::milliseconds min_wait{1000};
   std::size_t max_queue_edges = 1'000'000;
+  // How far now_ms may run ahead of the server's clock (ctimes) before a
+  // wait past its stated timeout is taken as abandoned (docs/detector.md).
+  std::chrono::milliseconds abandon_skew{5000};
 };
+
+// Is `n`, if it waits, an abandoned wait at `now_ms` (see above)? False
+// while its ctime or its timeout is unknown.
+bool abandoned_wait(const QueueNode& n, std::int64_t now_ms, std::chrono::milliseconds skew) noexcept;
 
 // What the detector knows about one node after analysis.
 struct NodeInfo {
@@ -71,6 +87,7 @@ struct NodeInfo {
   std::string owner;     // resolved owner id
   Mode mode = Mode::exclusive;
   bool holds = false;
+  bool abandoned = false;  // waits, but abandoned_wait(): no edge leaves it
   int priority = 0;
   std::int64_t czxid = 0;
   std::int64_t ctime_ms = 0;
@@ -122,7 +139,8 @@ struct WaitAnalysis {
   std::map<std::string, OwnerInfo> owners;          // by owner id
   std::size_t locks = 0;         // non-empty queues
   std::size_t holders = 0;       // nodes that hold
-  std::size_t waiters = 0;       // nodes that wait (any age)
+  std::size_t waiters = 0;       // nodes that wait (any age), abandoned ones included
+  std::size_t abandoned = 0;     // waiting nodes that are abandoned waits (no edges)
   std::int64_t oldest_wait_ms = 0;  // age of the oldest waiting node (0: none)
   std::size_t truncated_waiters = 0;  // waiters whose edges were cut by max_queue_edges
 };
