@@ -165,8 +165,9 @@ TEST(Blip, TenThousandWaitersOnOneSessionThenAReconnect) {
               kWaiters, static_cast<long long>(queue_bytes), static_cast<double>(queue_bytes) / kWaiters,
               static_cast<long long>(one_listing));
   // O(N): a create, two watched reads and a share of the batched listings
-  // each (measured 975 bytes per waiter, 1,506 under ASan: a slower burst
-  // makes more, smaller batches). A listing per waiter is O(N^2): 3.3 GB.
+  // each (measured 3,076 bytes per waiter: the watch budget spreads them
+  // over 5 sessions, each listing for its own; 975 on one session. A slower
+  // burst makes more, smaller batches). A listing per waiter is O(N^2): 3.3 GB.
   EXPECT_LE(queue_bytes, 10240LL * kWaiters) << "queueing cost more than 10 KB of replies per waiter";
 
   const auto cut_at = Clock::now();
