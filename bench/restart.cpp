@@ -1,4 +1,4 @@
-// Restart at scale (issue 49): the detector's mirror over `restart_dirs`
+// Restart at scale: the detector's mirror over `restart_dirs`
 // lock dirs, one held node each, in this process; the ZooKeeper server is
 // restarted on the same port and data dir well inside the detector's session
 // timeout, and a two-owner cycle is planted the moment it is back. Reported:

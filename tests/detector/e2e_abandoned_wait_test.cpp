@@ -2,7 +2,7 @@
 // whose timed wait gave up while its connection was cut leaves its node in
 // the queue until its session expires (the delete cannot be sent); the
 // detector must not count that node as a wait, or it revokes a real waiter
-// for a cycle nobody is stuck in (tracker issue 51, item 4). The node data
+// for a cycle nobody is stuck in. The node data
 // says how long after its creation the attempt gives up
 // ("gives_up_after_ms", docs/protocol.md); past that and the detector's
 // clock-skew allowance the node is an abandoned wait (docs/detector.md).

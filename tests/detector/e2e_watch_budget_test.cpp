@@ -1,4 +1,4 @@
-// zklock-detector past one session's re-arm limit (issue 49): on reconnect
+// zklock-detector past one session's re-arm limit: on reconnect
 // the 3.8 C client re-arms every watch of a session in one SetWatches
 // packet, and the server drops a connection whose packet exceeds
 // jute.maxbuffer (1 MB by default). 40,000 watched lock dirs (~1.8 MB of

@@ -22,6 +22,7 @@
 
 #include "detector_fixtures.hpp"
 #include "fault_proxy.hpp"
+#include "http_get.hpp"
 #include "zk_harness.hpp"
 
 namespace zklock::test {
@@ -29,34 +30,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct Answer {
-  int status = 0;
-  std::string body;
-};
-// One GET with "Connection: close", read until the server closes.
-std::optional<Answer> http_get(int port, const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return std::nullopt;
-  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) return std::nullopt;
-  std::string answer;
-  char buf[4096];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) answer.append(buf, static_cast<std::size_t>(n));
-  const auto split = answer.find("\r\n\r\n");
-  if (answer.rfind("HTTP/1.", 0) != 0 || split == std::string::npos || answer.size() < 12) return std::nullopt;
-  return Answer{std::stoi(answer.substr(9, 3)), answer.substr(split + 4)};
-}
 
 TEST(DetectorReconnectLoop, HealthzTurnsUnhealthyAndTheLoopingSessionIsGivenUp) {
   // Its own server: the session timeout must outlast /healthz's bound (5 s
@@ -85,7 +58,7 @@ TEST(DetectorReconnectLoop, HealthzTurnsUnhealthyAndTheLoopingSessionIsGivenUp) 
   const auto old_node = daemon.election().candidate_node();
   ASSERT_TRUE(old_node.has_value());
   const auto healthy = [&] {
-    const auto a = http_get(cfg.metrics_port, "/healthz");
+    const auto a = http_get_any(cfg.metrics_port, "/healthz");
     return a && a->status == 200;
   };
   ASSERT_TRUE(eventually(healthy, 10s));
@@ -97,9 +70,9 @@ TEST(DetectorReconnectLoop, HealthzTurnsUnhealthyAndTheLoopingSessionIsGivenUp) 
   proxy.cut();
 
   // Unhealthy within its bound (and one interval of slack for the last probe).
-  std::optional<Answer> sick;
+  std::optional<HttpResponse> sick;
   ASSERT_TRUE(eventually([&] {
-    sick = http_get(cfg.metrics_port, "/healthz");
+    sick = http_get_any(cfg.metrics_port, "/healthz");
     return sick && sick->status == 503 && sick->body.find("no ZooKeeper request") != std::string::npos;
   }, bound + 3s)) << "/healthz did not report the silence";
   const auto sick_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - cut_at).count();

@@ -34,6 +34,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "http_get.hpp"
 #include "zk_harness.hpp"
 #include "zklock/client.hpp"
 #include "zklock/protocol/node_data.hpp"
@@ -44,6 +45,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using test::http_get;
 using json = nlohmann::json;
 using std::chrono::milliseconds;
 using test::ChildProcess;
@@ -61,52 +63,6 @@ std::size_t count_of(const std::string& text, const std::string& needle) {
   return n;
 }
 
-struct HttpAnswer {
-  std::string head, body;
-  double ms = 0;  // from connect to the end of the answer
-};
-// One GET with "Connection: close", read until the server closes; nullopt
-// unless 200. The request side is not half-closed: cpp-httplib takes a
-// half-closed socket for a dead one and drops a large answer midway.
-std::optional<HttpAnswer> http_get(int port, const std::string& path) {
-  const auto start = test::Clock::now();
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return std::nullopt;
-  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
-    return std::nullopt;
-  }
-  std::string answer;
-  char buf[16384];
-  for (;;) {
-    const auto n = ::recv(fd, buf, sizeof buf, 0);
-    if (n > 0) {
-      answer.append(buf, static_cast<std::size_t>(n));
-    } else if (n == 0) {
-      break;
-    } else if (errno != EINTR) {
-      return std::nullopt;  // includes the 5 s timeout
-    }
-  }
-  const double ms = std::chrono::duration<double, std::milli>(test::Clock::now() - start).count();
-  const auto split = answer.find("\r\n\r\n");
-  if (answer.rfind("HTTP/1.", 0) != 0 || split == std::string::npos || answer.find(" 200 ") > answer.find("\r\n")) {
-    return std::nullopt;
-  }
-  return HttpAnswer{answer.substr(0, split), answer.substr(split + 4), ms};
-}
 
 json state(int port) {
   const auto a = http_get(port, "/api/state");

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "child_process.hpp"
+#include "http_get.hpp"
 #include "zk_harness.hpp"
 #include "zklock/client.hpp"
 #include "zklock/fair_mutex.hpp"
@@ -167,40 +168,11 @@ TEST(Observer, RefusedRequestIsAFailure) {
   EXPECT_EQ(rec->of("started").size(), 2u);
 }
 
-// One GET over loopback with "Connection: close"; the body, or nullopt
-// unless the answer is a 200.
+// The body of a GET over loopback, or nullopt unless the answer is a 200.
 std::optional<std::string> http_get(int port, const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return std::nullopt;
-  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
-    return std::nullopt;
-  }
-  std::string answer;
-  char buf[16384];
-  for (;;) {
-    const auto n = ::recv(fd, buf, sizeof buf, 0);
-    if (n > 0) answer.append(buf, static_cast<std::size_t>(n));
-    else if (n == 0) break;
-    else if (errno != EINTR) return std::nullopt;
-  }
-  const auto split = answer.find("\r\n\r\n");
-  if (answer.rfind("HTTP/1.", 0) != 0 || split == std::string::npos || answer.find(" 200 ") > answer.find("\r\n")) {
-    return std::nullopt;
-  }
-  return answer.substr(split + 4);
+  auto r = test::http_get(port, path);
+  if (!r) return std::nullopt;
+  return std::move(r->body);
 }
 
 bool has_line(const std::string& text, const std::string& line) {
