@@ -9,6 +9,7 @@
 
 #include "client_impl.hpp"
 #include "digest.hpp"
+#include "server_move.hpp"
 #include "session_pool.hpp"
 #include "zklock/path.hpp"
 
@@ -133,6 +134,9 @@ std::chrono::milliseconds Client::Impl::wait_check_period() const {
 void Client::Impl::note_diverged(const std::string& lock_path, const std::string& detail) {
   diverged_seen_.fetch_add(1);
   log->warn("zookeeper session 0x{:x}: {} (docs/operations.md, \"A diverged server\")", session_id(), detail);
+  // The server is named now, the move made on the timer thread (it resolves
+  // names; the caller holds its attempt's lock).
+  if (auto diverged = connected_server(*this)) defer([this, s = *diverged] { leave_diverged_server(*this, s); });
   if (!opts.observer) return;
   post_user([observer = opts.observer, log = log, lock_path, detail] {
     try {

@@ -1,6 +1,8 @@
 // The validity bound: committed writes as evidence, the heartbeat write, and the bound's lapse.
 #include <algorithm>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <optional>
 
 #include "async_op.hpp"
@@ -16,6 +18,44 @@ namespace {
 // ZBADVERSION, committed the same way; a restrictive ACL on it would answer
 // ZNOAUTH, which never counts: the bound would lapse, never overshoot.
 constexpr const char* kHeartbeatPath = "/zklock/heartbeat";
+
+// The heartbeat at the rule's own pace, for a bound that has passed: grants
+// wait for it (lock_attempt.hpp, invariant 7), typically right after a
+// reconnect, when the evidence starts over on the new connection. At one
+// write per period the chain i, j, k of validity_rule.hpp takes two periods
+// (j a period after i, k a period after j); the rule itself asks only that j
+// leave a ping gap after i's answer and k after j's answer, so here i goes at
+// once, j a ping gap after i's answer, k at j's answer: a ping gap and three
+// round trips. Each answer's time is taken in its callback, after the rule
+// noted it (async_op.hpp), so the gap the rule measures is at least `gap`.
+// Three writes per lapse; the periodic heartbeat takes over once the bound
+// is ahead again, and whenever a write is not committed (connection lost:
+// the reconnect starts a new chain) or the chain is no longer the live one.
+// Holds no reference to itself: each pending step owns it.
+struct ProvingChain : std::enable_shared_from_this<ProvingChain> {
+  Clock::duration gap;     // ValidityParams::ping_gap
+  Clock::duration period;  // the heartbeat period: the pace after a write that did not count
+  std::function<bool()> live;                                  // this chain's epoch and generation
+  std::function<bool()> settled;  // nothing to prove now: the bound is ahead, or no connection
+  std::function<void(std::function<void(bool)>)> send;         // one heartbeat write; committed?
+  std::function<void(Clock::time_point, std::function<void()>)> at;  // the timer thread
+  std::function<void(Clock::time_point)> resume;               // the periodic heartbeat, from then
+
+  // One write. `prev`: the answer of the chain's write before it, if any.
+  void step(std::optional<Clock::time_point> prev) {
+    if (!live()) return;
+    if (settled()) return resume(Clock::now());
+    const auto sent = Clock::now();
+    send([self = shared_from_this(), sent, prev](bool committed) {
+      const auto answered = Clock::now();
+      if (!committed) return self->resume(answered + self->period);
+      // This write left a ping gap after the previous answer: it can serve
+      // as j, and the next one, sent now, as k.
+      const bool was_j = prev && sent >= *prev + self->gap;
+      self->at(was_j ? answered : answered + self->gap, [self, answered] { self->step(answered); });
+    });
+  }
+};
 }  // namespace
 
 std::chrono::milliseconds Client::Impl::margin() const {
@@ -84,7 +124,8 @@ void Client::Impl::report_lapse_locked(std::uint64_t epoch) {
 
 // One heartbeat write per period at most, and none while the session's own
 // writes keep coming: the heartbeat is due a period after the latest
-// committed write of the current connection (ours or the recipes').
+// committed write of the current connection (ours or the recipes'). Once the
+// bound has passed, three writes at the rule's pace instead (ProvingChain).
 void Client::Impl::heartbeat(std::uint64_t epoch, std::uint64_t gen) {
   if (closing_ || epoch != epoch_.load() || gen != heartbeat_gen_.load()) return;
   const auto now = Clock::now();
@@ -96,6 +137,31 @@ void Client::Impl::heartbeat(std::uint64_t epoch, std::uint64_t gen) {
       std::lock_guard lk(bound_mu_);
       latest = rule_.latest_sent();
       refused = validity_refused_;
+    }
+    if (!refused && valid_until() <= now) {
+      Clock::duration gap{};
+      {
+        std::lock_guard lk(bound_mu_);
+        gap = rule_.params().ping_gap();
+      }
+      auto chain = std::make_shared<ProvingChain>();
+      chain->gap = gap;
+      chain->period = period;
+      chain->live = [this, epoch, gen] {
+        return !closing_ && epoch == epoch_.load() && gen == heartbeat_gen_.load();
+      };
+      chain->settled = [this] { return !connected() || Clock::now() < valid_until(); };
+      chain->send = [this, epoch](std::function<void(bool)> done) {
+        heartbeat_writes_.fetch_add(1);
+        set_data(kHeartbeatPath, std::string(), kImpossibleVersion,
+                 [done = std::move(done)](Status s, const Stat&) { done(quorum_committed(s.zk_code())); }, epoch);
+      };
+      chain->at = [this](Clock::time_point when, std::function<void()> fn) { schedule_at(when, std::move(fn)); };
+      chain->resume = [this, epoch, gen](Clock::time_point when) {
+        schedule_at(when, [this, epoch, gen] { heartbeat(epoch, gen); });
+      };
+      chain->step(std::nullopt);
+      return;
     }
     if (!refused && latest && *latest > now - period) {
       schedule_at(*latest + period, [this, epoch, gen] { heartbeat(epoch, gen); });

@@ -173,9 +173,10 @@ class RunJudge : public Run {
       }
       digests_ += " member" + std::to_string(i) + "=" + std::to_string(mismatches);
       if (mismatches > 0) {
+        const int other = i == 0 ? 1 : 0;  // another member's view beside its own
         digest_findings_.push_back("member" + std::to_string(i) + " reports zk_digest_mismatches_count " +
                            std::to_string(mismatches) + ": its tree disagreed with the leader's; it lists " +
-                           lock_ + " as " + shown(i) + ", member0 as " + shown(0));
+                           lock_ + " as " + shown(i) + ", member" + std::to_string(other) + " as " + shown(other));
       }
     }
     return findings;

@@ -26,8 +26,13 @@ constexpr int kRetainMs = 200;  // c2 and c4
 constexpr std::int64_t kLivenessMs = 2 * kSessionMs + kContenders * (kHoldMs + kRetainMs);
 // A head node with waiters whose owner is connected on the node's session:
 // granted within a round trip of learning it, then held 150 ms and released.
-// 2 s is that with slack for a loaded two-core machine (three JVMs and five
-// contenders), and far below the 10 s stalls of the field bug.
+// When the owner's validity bound passed while it was cut off, the grant
+// also waits for the bound's proof on the new connection: a ping gap (375 ms
+// at this tickTime) and three round trips (validity_bound.cpp, the proving
+// chain). 2 s leaves about 400 ms for each of those four round trips on a
+// loaded two-core machine (three JVMs and five contenders), and is far below
+// the 10 s stalls of the field bug. (At one heartbeat per period the proof
+// alone took two periods, 2 × 806 ms, and with loaded round trips passed 2 s.)
 constexpr std::int64_t kHeadLiveMs = 2000;
 // Any head node with waiters (its session may be dead: it lasts until the
 // session expires, up to one timeout and a tick after the heal).

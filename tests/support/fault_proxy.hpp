@@ -52,14 +52,17 @@ class FaultProxy {
   // (what cut_on_request needs), or raw as they come (any other protocol,
   // e.g. a server's quorum and election ports; cut_on_request never fires).
   enum class Framing { zookeeper, raw };
-  explicit FaultProxy(int target_port, Framing framing = Framing::zookeeper)
-      : target_(target_port), raw_(framing == Framing::raw) {
+  // `listen_ip`: a loopback address other than 127.0.0.1 (127.0.0.2, ...)
+  // makes the proxy a server at an address of its own, as members on
+  // different hosts are (the C client tells servers apart by address).
+  explicit FaultProxy(int target_port, Framing framing = Framing::zookeeper, std::string listen_ip = "127.0.0.1")
+      : target_(target_port), raw_(framing == Framing::raw), listen_ip_(std::move(listen_ip)) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
     ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::inet_pton(AF_INET, listen_ip_.c_str(), &a.sin_addr) != 1) throw std::runtime_error("proxy: bad listen address");
     if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listen_fd_, 64) != 0)
       throw std::runtime_error("proxy: bind/listen failed");
     socklen_t len = sizeof a;
@@ -83,7 +86,12 @@ class FaultProxy {
   FaultProxy(const FaultProxy&) = delete;
   FaultProxy& operator=(const FaultProxy&) = delete;
 
-  std::string connect_string() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::string connect_string() const { return listen_ip_ + ":" + std::to_string(port_); }
+  // How many client connections reached the server through the proxy.
+  std::size_t connections() const {
+    std::lock_guard lk(mu_);
+    return connections_;
+  }
   int port() const { return port_; }
   // Blackholes the link both ways: open connections stay open and new ones
   // are accepted, but no byte passes (a partition the peers notice only by
@@ -577,7 +585,11 @@ class FaultProxy {
         } else if (c >= 0) {
           const int s = refuse ? -1 : connect_target();
           if (s < 0) ::close(c);
-          else pairs_.push_back({c, s, {}, false, !raw_, false});
+          else {
+            pairs_.push_back({c, s, {}, false, !raw_, false});
+            std::lock_guard lk(mu_);
+            ++connections_;
+          }
         }
       }
     }
@@ -585,6 +597,7 @@ class FaultProxy {
 
   const int target_;
   const bool raw_;
+  const std::string listen_ip_;
   int port_ = 0;
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
@@ -595,6 +608,7 @@ class FaultProxy {
   bool cut_requested_ = false;                                                       // GUARDED_BY(mu_)
   std::uint64_t cuts_done_ = 0;                                                      // GUARDED_BY(mu_)
   std::size_t dropped_requests_ = 0;                                                 // GUARDED_BY(mu_)
+  std::size_t connections_ = 0;                                                      // GUARDED_BY(mu_)
   std::string cut_path_;                                                             // GUARDED_BY(mu_)
   int cut_opcode_ = -1, last_cut_opcode_ = 0;                                        // GUARDED_BY(mu_)
   bool cut_armed_ = false;                                                           // GUARDED_BY(mu_)
