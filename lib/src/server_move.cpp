@@ -94,6 +94,26 @@ std::vector<sockaddr_storage> resolve(const std::string& hp) {
   return out;
 }
 
+// The full list again at `when`, only while connected: 3.8.0's
+// zoo_set_servers can free the address list under the I/O thread that is
+// printing it while every member fails (fixed upstream later). Disconnected,
+// it tries again a few seconds on; a replaced session started with the full
+// list already (ZSESSIONEXPIRED ends the retries).
+void restore_list(Client::Impl& impl, std::uint64_t epoch, std::string full, Clock::time_point when) {
+  impl.schedule_at(when, [&impl, epoch, full = std::move(full)] {
+    const int rc = impl.issue(
+        [&](zhandle_t* zh, Handle*) -> int {
+          sockaddr_storage now{};
+          socklen_t len = sizeof now;
+          if (zookeeper_get_connected_host(zh, reinterpret_cast<sockaddr*>(&now), &len) == nullptr)
+            return ZCONNECTIONLOSS;
+          return zoo_set_servers(zh, full.c_str());
+        },
+        epoch);
+    if (rc == ZCONNECTIONLOSS) restore_list(impl, epoch, full, Clock::now() + std::chrono::seconds(5));
+  });
+}
+
 }  // namespace
 
 std::optional<ConnectedServer> connected_server(Client::Impl& impl) {
@@ -153,9 +173,7 @@ void leave_diverged_server(Client::Impl& impl, const ConnectedServer& diverged) 
                                   "another member shares this one's"
                                 : "now",
                  std::chrono::duration_cast<std::chrono::minutes>(kQuarantine).count());
-  impl.schedule_at(Clock::now() + kQuarantine, [&impl, epoch = diverged.epoch, full = join(all)] {
-    impl.issue([&](zhandle_t* zh, Handle*) -> int { return zoo_set_servers(zh, full.c_str()); }, epoch);
-  });
+  restore_list(impl, diverged.epoch, join(all), Clock::now() + kQuarantine);
 }
 
 }  // namespace zklock
