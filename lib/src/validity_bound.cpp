@@ -82,10 +82,14 @@ void Client::Impl::note_committed(Handle* h, Clock::time_point sent, std::uint64
     std::lock_guard lk(bound_mu_);
     if (h->epoch != epoch_.load() || connection != h->connection.load()) return;
     if (validity_refused_ || evidence_epoch_ != h->epoch) return;
-    const auto proven = rule_.committed(connection, sent, answered);
+    // The bound held so far anchors a chain answered before it passes
+    // (validity_rule.hpp); a session without one has none to offer.
+    const auto before = valid_until_.load();
+    std::optional<Clock::time_point> held;
+    if (before != Clock::time_point::min().time_since_epoch().count()) held = Clock::time_point(Clock::duration(before));
+    const auto proven = rule_.committed(connection, sent, answered, held);
     if (!proven) return;
     const auto candidate = proven->time_since_epoch().count();
-    const auto before = valid_until_.load();
     if (candidate <= before) return;
     // A bound that lapsed is reported before it is raised again (invariant 4).
     report_lapse_locked(h->epoch);

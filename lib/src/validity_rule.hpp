@@ -17,6 +17,20 @@
 // ping — carrying the touch — before the commit of j that made it answer j;
 // k left our server after that answer, behind the ping reply on the one
 // stream to the leader; the leader committed k, so it had read the reply.
+//
+// The touch takes effect only if the leader had not yet taken the session
+// off its expiry queue: 3.8.0's expiry thread polls the expired sessions and
+// marks them closing afterwards, and a touch or a write in between passes
+// although the session is closed anyway. So a chain also needs an anchor:
+//   held       k was answered before the bound already proven passed: every
+//              leader polls the session only after that bound (plus the
+//              margin), so the touch for i, applied before k, came earlier;
+//   confirmed  a later write of this connection, sent at least
+//              expiry_stall() after k was answered, was committed too: had
+//              the leader polled the session before the touch for i, it would
+//              have marked it closing before preparing that write.
+// Without a bound proven (the first one comes from the session's creation),
+// or once it has passed, only the second can raise it again.
 #pragma once
 
 #include <chrono>
@@ -45,6 +59,12 @@ struct ValidityParams {
   // the ping gap keeps that below timeout − margin with room for round trips
   // of (timeout − margin − ping_gap)/12 each.
   RuleClock::duration heartbeat_period() const;
+  // The longest the leader's expiry thread takes from polling a session off
+  // its expiry queue to marking it closing (SessionTrackerImpl.run), as our
+  // clock measures it: a quarter tick, the scheduling allowance ping_gap()
+  // also grants the leader. A confirmed chain (above) rests on it; a held
+  // one does not.
+  RuleClock::duration expiry_stall() const { return tick / 4; }
   // False when the timeout is too short for the rule to keep a bound ahead
   // of the present (timeout − margin < 2 ping gaps = 1.5 × tickTime):
   // validity is refused.
@@ -61,11 +81,13 @@ class ValidityRule {
   const ValidityParams& params() const { return p_; }
 
   // A write of our session, issued at `sent` on connection `connection`,
-  // answered at `answered` with a quorum-committed code. Returns the bound
+  // answered at `answered` with a quorum-committed code; `bound` is the bound
+  // the caller holds (proven before this answer), if any. Returns the bound
   // the answers kept so far prove (the caller keeps the largest), or nothing.
   // An answer on another connection than the kept ones starts over: our new
   // server's touches travel on another stream.
-  std::optional<time_point> committed(std::uint64_t connection, time_point sent, time_point answered);
+  std::optional<time_point> committed(std::uint64_t connection, time_point sent, time_point answered,
+                                      std::optional<time_point> bound);
 
   // The latest send time of a committed write on the current connection: a
   // heartbeat is due a period after it.
@@ -80,10 +102,18 @@ class ValidityRule {
   struct Answer {
     time_point sent, answered;
   };
+  // A chain that was not held and awaits its confirming write: its k's
+  // answer and its t_i.
+  struct Pending {
+    time_point k_answered, ti;
+  };
   ValidityParams p_;
   bool have_connection_ = false;
   std::uint64_t connection_ = 0;
   std::deque<Answer> kept_;  // ordered by `sent`
+  // In answer order, each with a larger ti than the one before: no entry is
+  // both confirmed later and worth less than another.
+  std::deque<Pending> pending_;
   std::optional<time_point> latest_;  // of every committed answer on connection_, kept or not
 };
 

@@ -143,7 +143,7 @@ void World::client_tick(int c, std::uint64_t attempt) {
   if (t - cl.last_sent >= cfg_.timeout / 3) client_send(c, k_ping);
   const auto params = cl.rule.params();
   if (!cl.hb_inflight) {
-    if (cfg_.rule == Rule::chain) {
+    if (cfg_.rule != Rule::sync_pairing) {
       // Due a period after the connection's latest committed write.
       const auto latest = cl.rule.latest_sent();
       if (!latest || t >= us(*latest) + us(params.heartbeat_period())) {
@@ -224,9 +224,14 @@ void World::on_head(int c, std::uint64_t czxid) {
 // (the library), or the old pairing of ordered answers a period apart.
 void World::raise_bound(ClientState& cl, int kind, Micros sent, Micros answered) {
   std::optional<Micros> candidate;
-  if (cfg_.rule == Rule::chain) {
+  if (cfg_.rule != Rule::sync_pairing) {
     if (kind == k_sync) return;
-    if (const auto b = cl.rule.committed(cl.conn, tp(sent), tp(answered))) candidate = us(*b);
+    // The bound held so far anchors the chain (the library passes its
+    // valid_until). Without the anchor, every chain is taken as held.
+    std::optional<detail::RuleClock::time_point> held;
+    if (cl.have_bound) held = tp(cl.bound);
+    if (cfg_.rule == Rule::chain_unanchored) held = detail::RuleClock::time_point::max();
+    if (const auto b = cl.rule.committed(cl.conn, tp(sent), tp(answered), held)) candidate = us(*b);
   } else {
     std::optional<Micros> base;
     for (const Micros t1 : cl.pairing) {

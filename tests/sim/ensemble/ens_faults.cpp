@@ -42,7 +42,7 @@ void World::inject(Micros until) {
   const Micros st = cfg_.sync_limit * cfg_.tick;
   Micros heal_at = now_;
   std::string kind;
-  const auto pick = rng_.below(8);
+  const auto pick = rng_.below(static_cast<std::uint64_t>(cfg_.fault_kinds));
   std::vector<std::pair<int, int>> touched;  // links to heal
   if (pick == 0) {
     kind = "member partitioned";
@@ -75,6 +75,18 @@ void World::inject(Micros until) {
     const Micros cut_at = now_ + between(rng_, 0, cfg_.tick * 3 / 2);
     at_real(-1, cut_at, [this, leader, f] { link(leader, f).dir[f < leader ? 0 : 1].held = true; });
     heal_at = cut_at + between(rng_, cfg_.tick, 2 * st);
+  } else if (pick == 8 && leader >= 0 && !servers_[static_cast<std::size_t>(leader)].followers.empty()) {
+    kind = "follower stream held";
+    // One direction only: the follower's replies, touches and forwarded
+    // requests wait while the leader's pings and commits still arrive; up
+    // to a little past syncLimit, after which the leader drops the follower.
+    const auto& fs = servers_[static_cast<std::size_t>(leader)].followers;
+    auto fit = fs.begin();
+    std::advance(fit, static_cast<long>(rng_.below(fs.size())));
+    const int f = fit->first;
+    link(leader, f).dir[f < leader ? 0 : 1].held = true;
+    touched.emplace_back(leader, f);
+    heal_at = now_ + between(rng_, cfg_.tick, st + cfg_.tick);
   } else if (pick == 3 || pick == 4) {
     ClientState& cl = clients_[rng_.below(clients_.size())];
     const int c = cl.id, s = cl.server;

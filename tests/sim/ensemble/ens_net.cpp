@@ -28,9 +28,11 @@ constexpr Shape kShapes[] = {
 };
 }  // namespace
 
-World::World(Config cfg) : cfg_(cfg), rng_(cfg.seed * 0x9e3779b97f4a7c15ULL + 7) {
+World::World(Config cfg)
+    : cfg_(cfg), rng_(cfg.seed * 0x9e3779b97f4a7c15ULL + 7), stall_rng_(cfg.seed * 0xbf58476d1ce4e5b9ULL + 11) {
   const auto& shape = kShapes[cfg.seed % (sizeof kShapes / sizeof kShapes[0])];
   if (cfg_.tick == 0) cfg_.tick = shape.tick;
+  if (cfg_.expiry_stall < 0) cfg_.expiry_stall = cfg_.tick / 4;
   if (cfg_.sync_limit == 0) cfg_.sync_limit = shape.sync_limit;
   if (cfg_.timeout == 0) cfg_.timeout = shape.timeout;
   const int procs = kServers + cfg_.clients;
@@ -190,14 +192,23 @@ Result run(Config cfg) {
   return w.run();
 }
 
+const char* rule_name(Rule r) {
+  switch (r) {
+    case Rule::chain: return "chain";
+    case Rule::sync_pairing: return "sync_pairing";
+    case Rule::chain_unanchored: return "chain_unanchored";
+  }
+  return "?";
+}
+
 std::string describe(const Result& r) {
   char head[512];
   std::snprintf(head, sizeof head,
-                "seed %" PRIu64 " (%s; tick %lld ms, syncLimit %d, session %lld ms): %s at step %" PRIu64
-                ", %.3f s\n",
-                r.cfg.seed, r.cfg.rule == Rule::chain ? "chain" : "sync_pairing",
-                static_cast<long long>(r.cfg.tick / kMs), r.cfg.sync_limit,
-                static_cast<long long>(r.cfg.timeout / kMs), r.ok ? "ok" : r.violation.c_str(), r.step,
+                "seed %" PRIu64 " (%s; tick %lld ms, syncLimit %d, session %lld ms, expiry stall <= %.1f ms): %s at "
+                "step %" PRIu64 ", %.3f s\n",
+                r.cfg.seed, rule_name(r.cfg.rule), static_cast<long long>(r.cfg.tick / kMs), r.cfg.sync_limit,
+                static_cast<long long>(r.cfg.timeout / kMs), static_cast<double>(r.cfg.expiry_stall) / kMs,
+                r.ok ? "ok" : r.violation.c_str(), r.step,
                 static_cast<double>(r.at) / kSec);
   std::string s = head;
   for (const auto& line : r.trace) s += "  " + line + "\n";

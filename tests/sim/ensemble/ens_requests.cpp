@@ -192,6 +192,11 @@ void World::lead_request(int l, int origin, int client, std::uint64_t session, i
     answer(rc_moved);
     return;
   }
+  if (tr->second.polled) {
+    ++res_.c.window_writes;
+    trace("s" + std::to_string(l) + " prepares a write of polled session " + std::to_string(session) +
+          " (not yet closing)");
+  }
   propose(l, Txn{0, txn_for(kind), session, origin, req});
 }
 

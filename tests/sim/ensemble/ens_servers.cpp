@@ -198,20 +198,44 @@ void World::follower_check(int f, std::uint64_t gen) {
   at_local(f, cfg_.tick / 2, [this, f, gen] { follower_check(f, gen); });
 }
 
-// SessionTrackerImpl.run: at each tick, sessions past their deadline are
-// closing and their closeSession is proposed.
+// SessionTrackerImpl.run: at each tick, the sessions past their deadline are
+// polled off the expiry queue (ExpiryQueue.poll); each is then marked closing
+// (setSessionClosing) and its closeSession proposed (expirer.expire). 3.8.0
+// takes the two steps one after the other, outside the tracker's lock; the
+// stall between them is drawn per session, at most Config::expiry_stall.
 void World::expiry_loop(int l, std::uint64_t gen) {
   Server& L = servers_[static_cast<std::size_t>(l)];
   if (L.gen != gen || L.role != Role::leading) return;
+  std::vector<std::uint64_t> now_closing;
   for (auto& [session, t] : L.tracker) {
-    if (!t.closing && t.deadline <= local(l)) {
-      t.closing = true;
-      ++res_.c.expiries;
-      trace("s" + std::to_string(l) + " expires session " + std::to_string(session));
-      propose(l, Txn{0, TxnKind::close_session, session, -1, 0});
+    if (t.polled || t.closing || t.deadline > local(l)) continue;
+    t.polled = true;
+    const auto max = static_cast<std::uint64_t>(cfg_.expiry_stall);
+    // A third of the polls mark at once, a third after the longest stall.
+    const auto pick = max == 0 ? 0 : stall_rng_.below(3);
+    const Micros stall = pick == 0 ? 0 : pick == 1 ? static_cast<Micros>(stall_rng_.below(max + 1)) : cfg_.expiry_stall;
+    if (stall == 0) {
+      now_closing.push_back(session);
+      continue;
     }
+    trace("s" + std::to_string(l) + " polls session " + std::to_string(session) + "; marks it closing in " +
+          std::to_string(stall / kMs) + "." + std::to_string(stall % kMs / 100) + " ms");
+    at_real(l, now_ + stall, [this, l, gen, session = session] {
+      if (servers_[static_cast<std::size_t>(l)].gen == gen) mark_closing(l, session);
+    });
   }
+  for (const auto session : now_closing) mark_closing(l, session);
   at_local(l, cfg_.tick - local(l) % cfg_.tick, [this, l, gen] { expiry_loop(l, gen); });
+}
+
+void World::mark_closing(int l, std::uint64_t session) {
+  Server& L = servers_[static_cast<std::size_t>(l)];
+  const auto it = L.tracker.find(session);
+  if (L.role != Role::leading || it == L.tracker.end() || it->second.closing) return;
+  it->second.closing = true;
+  ++res_.c.expiries;
+  trace("s" + std::to_string(l) + " expires session " + std::to_string(session));
+  propose(l, Txn{0, TxnKind::close_session, session, -1, 0});
 }
 
 void World::leader_touch(int l, std::uint64_t session) {

@@ -10,20 +10,26 @@
 //     quorum, a new leader adopting the longest history and starting every
 //     session afresh (SessionTrackerImpl's constructor);
 //   - the session tracker on the leader (deadlines rounded up to tickTime,
-//     expiry per tick, closing sessions refuse writes and touches), the
+//     expiry per tick in two steps as SessionTrackerImpl.run takes them: the
+//     expired sessions are polled off the queue, then, after a seeded stall
+//     of at most Config::expiry_stall, marked closing and their close
+//     proposed; touches and writes in between pass; closing sessions refuse
+//     writes and touches), the
 //     followers' touch tables handed over in ping replies, leader pings every
 //     tickTime/2 plus scheduling jitter, syncLimit on both sides;
 //   - `sync` as 3.8.0 answers it (the leader at once when nothing is
 //     outstanding; matchSyncs = false);
 //   - faults: a member partitioned, a leader cut in a gray way (the
 //     followers reset, the leader's side silent), a leader->follower stream
-//     held and then the follower->leader one too, servers paused and
+//     held and then the follower->leader one too, a follower->leader
+//     stream held alone (the leader keeps pinging), servers paused and
 //     killed, client connections cut or silenced, clients paused.
 // Each client runs the library's own validity rule (lib/src/validity_rule.hpp)
 // on its committed writes, with heartbeats as the library sends them, and
 // contends for one lock (ephemeral nodes in czxid order). Rule::sync_pairing
-// is the rule the library had before: any leader-ordered answer (sync, or a
-// write) paired with one a period later.
+// is an older rule of the library: any leader-ordered answer (sync, or a
+// write) paired with one a period later. Rule::chain_unanchored is the chain
+// rule without its anchor: every chain counts, however late its k came back.
 //
 // Checked after every step that could break them:
 //   V1  a lease is handed out while no other client's lease reports valid();
@@ -52,7 +58,8 @@ namespace zklock::ensim {
 using Micros = std::int64_t;
 constexpr Micros kMs = 1000, kSec = 1000 * kMs;
 
-enum class Rule { chain, sync_pairing };
+enum class Rule { chain, sync_pairing, chain_unanchored };
+const char* rule_name(Rule r);
 
 struct Config {
   std::uint64_t seed = 1;
@@ -61,6 +68,14 @@ struct Config {
   // 0: chosen from the seed (see ens_world.cpp, kShapes).
   Micros tick = 0, timeout = 0;
   int sync_limit = 0;
+  // The longest stall of the leader's expiry thread between polling a
+  // session and marking it closing (real time). -1: a quarter tick, the most
+  // the rule assumes (ValidityParams::expiry_stall); 0: one atomic step, and
+  // then the run is the same as before the stall was modelled.
+  Micros expiry_stall = -1;
+  // Fault kinds drawn from (ens_faults.cpp): 9; 8 leaves out the newest, a
+  // follower's stream to the leader held, as the model was before it.
+  int fault_kinds = 9;
   Micros fault_time = 60 * kSec;  // faults during this; then a fault-free tail
   bool print_trace = false;
   std::size_t trace_keep = 60;
@@ -71,6 +86,7 @@ struct Config {
 struct Counters {
   std::uint64_t steps = 0, handouts = 0, lapses = 0, expiries = 0, elections = 0;
   std::uint64_t commits = 0, heartbeats = 0, syncs = 0, faults = 0;
+  std::uint64_t window_writes = 0;  // writes prepared between a session's poll and its mark
   std::map<std::string, std::uint64_t> by_fault;
   Micros session_time = 0;  // summed over sessions, for heartbeats per session-period
   Micros sim_time = 0;
@@ -118,7 +134,9 @@ struct Server {
   std::uint32_t counter = 0;
   std::map<int, Micros> followers;                    // follower -> last heard from (local clock)
   std::map<std::uint64_t, std::set<int>> acks;        // zxid -> members that logged it
-  struct Tracked { Micros deadline; bool closing; int owner; };  // owner: the server the session is on
+  // owner: the server the session is on; polled: off the expiry queue, to be
+  // marked closing after the stall (until then it still passes checks).
+  struct Tracked { Micros deadline; bool closing; int owner; bool polled = false; };
   std::map<std::uint64_t, Tracked> tracker;
   std::vector<std::pair<std::uint64_t, std::pair<int, std::uint64_t>>> syncs;  // wait for zxid -> (origin, req)
   // Following.
@@ -217,6 +235,7 @@ class World {
   Micros round_up(Micros t) const { return (t / cfg_.tick + 1) * cfg_.tick; }
   void follower_check(int s, std::uint64_t gen);
   void expiry_loop(int s, std::uint64_t gen);
+  void mark_closing(int l, std::uint64_t session);
   void propose(int l, Txn t);
   void on_ack(int l, int f, std::uint64_t zxid);
   void on_proposal(int f, int l, Txn t);
@@ -257,6 +276,7 @@ class World {
 
   Config cfg_;
   zklock::sim::Rng rng_;
+  zklock::sim::Rng stall_rng_;  // its own stream: with no stall, every other draw is as before
   Result res_;
   Micros now_ = 0;
   std::uint64_t seq_ = 0, next_session_ = 1, next_req_ = 1;
