@@ -24,27 +24,8 @@
 namespace zklock::detail {
 
 class LockAttempt;
-
-// One attempt's listing in a batch: its tag, and whether it asked for the
-// children watch (list_watch; the listing's watch is then shared).
-struct ListingWant {
-  std::weak_ptr<LockAttempt> attempt;
-  std::uint64_t tag = 0;
-  bool watch = false;
-};
-
-// Listings are batched per session and lock, with at most one in flight,
-// watched or not (lock_attempt_io.cpp).
-struct ListingBatch {
-  explicit ListingBatch(std::uint64_t session) : epoch(session) {}
-  const std::uint64_t epoch;  // the session its listings are pinned to
-  std::mutex mu;
-  std::vector<ListingWant> waiting;  // GUARDED_BY(mu)
-  bool inflight = false;             // GUARDED_BY(mu)
-};
-
-// A batch's key: the session (epoch) and the lock path.
-using ListingKey = std::pair<std::uint64_t, std::string>;
+struct ListingBatch;
+using ListingKey = std::pair<std::uint64_t, std::string>;  // a batch's: the session (epoch) and the lock path
 
 struct AttemptTables {
   std::mutex mu;

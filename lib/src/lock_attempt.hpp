@@ -15,8 +15,9 @@
 // lock_attempt_retain.cpp (retained leases: the slot, the re-take, the
 // owner's idle nodes), lock_attempt_watchdog.cpp (the waiting watchdog's
 // timer), lock_attempt_observe.cpp (ClientOptions::observer) and
-// lock_attempt_front.cpp (what the front ends share); attempt_tables.hpp
-// holds the per-client tables.
+// lock_attempt_front.cpp (a request's owner and holder, the per-lock
+// history). attempt_tables.hpp holds the per-client tables; listings go
+// through listing_batch.hpp; the front ends' helpers are lock_front.hpp.
 //
 // Threads: events arrive on the ZooKeeper completion thread, the client's
 // timer thread and user threads; each is fed to the machine under `mu_`, and
@@ -149,6 +150,8 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   // Feeds one event to the machine and executes its commands (takes mu_).
   void feed(MachineEvent ev);
   void note_blocker_watch(std::uint64_t tag, Client::Impl::WatchRef ref);  // the re-armed blocker watch
+  void on_listing(std::uint64_t tag, const Status& st, std::shared_ptr<const Listing> listing);  // list_batched
+  void on_children_changed(std::uint64_t tag);
   // An idle retained node is released for real, in the background.
   void end_retention();
 
@@ -195,7 +198,6 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   void arm_watchdog_locked(std::size_t blocker);
   void stop_watchdog_locked();
   void send_locked(const MachineRequest& c);        // REQUIRES mu_
-  void list_locked(std::uint64_t tag, bool watch);  // REQUIRES mu_: a (batched) listing
   void report_locked(const MachineOutcome& c);      // REQUIRES mu_: an outcome
   bool start_release(std::uint64_t grant, std::function<void()> then);
   void keep_alive_while_cleaning();  // REQUIRES mu_
@@ -271,20 +273,5 @@ Holder holder_for(const Client& client, const AttemptRequest& request);
 // it), forgotten wholesale past 4,096 locks.
 LockHistory seen_before(Client::Impl* impl, const std::string& lock_path);
 void remember_seen(Client::Impl* impl, const std::string& lock_path, bool contended);
-
-// --- shared by the front ends (FairMutex, FairSharedMutex, MultiLock) ---
-// A mutex's request: its loss policy and its retention (a reader's is
-// dropped by LockAttempt::start). Timeout zero: none.
-AttemptRequest mutex_request(const std::string& lock_path, Mode mode, const AcquireOptions& options,
-                             const MutexOptions& mutex, const std::shared_ptr<RetainSlot>& slot,
-                             std::chrono::milliseconds timeout = {}, std::stop_token stop = {});
-// The lease, or the error thrown.
-Lease take_lease(AcquireResult result);
-// Nullopt for a timeout; otherwise as take_lease.
-std::optional<Lease> take_lease_unless_timeout(AcquireResult result);
-// Starts an acquisition whose outcome goes to `done` on the client's callback
-// thread (LockAttempt's own `done` runs on ZooKeeper's completion thread or
-// the client's timer thread, which user code must not hold up).
-void start_async(Client& client, AttemptRequest request, AcquireCallback done);
 
 }  // namespace zklock::detail

@@ -2,14 +2,14 @@
 //
 // Part of the LockAttempt shell (lock_attempt.hpp). Nothing here decides:
 // a C-client answer becomes the MachineEvent of the same tag, with its
-// return code mapped once (rc_of); listings are batched per client and lock.
+// return code mapped once (rc_of); listings go through listing_batch.hpp.
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <utility>
 
-#include "attempt_tables.hpp"
 #include "lock_attempt.hpp"
+#include "listing_batch.hpp"
 #include "zklock/protocol/revocation.hpp"
 
 namespace zklock::detail {
@@ -44,83 +44,6 @@ MachineEvent answer(Kind kind, std::uint64_t tag, const Status& st) {
     ev.detail = err.what();
   }
   return ev;
-}
-
-// Listings are batched per (client, session, lock path), with at most one in
-// flight: a listing needed while one is in flight waits for its answer, and
-// then one get_children serves every attempt that enrolled meanwhile (one
-// session's requests execute in order, so it lists all their nodes, each
-// issued after that attempt's create). An uncontended acquire still costs
-// one round trip; N local waiters relisting together cost one listing, not
-// N listings of a queue of N (O(N^2) bytes from the server and in memory).
-//
-// Watched listings (list_watch) are batched too: the listing carries the
-// children watch if any attempt it serves asked for one, and the watch's
-// notification goes to each of those attempts with its own tag. For each it
-// is what its own list_watch would have been: issued after its create,
-// armed by the listing it is answered with, fired by the next change of the
-// children after that listing. A batch serves the attempts of one session
-// only, and its listing is pinned to that session: an attempt's answers all
-// come from the session its node belongs to (lock_attempt.hpp, invariant 2).
-std::shared_ptr<ListingBatch> batch_for(Client::Impl* impl, const std::string& path, std::uint64_t epoch) {
-  auto& t = *impl->attempt_tables;
-  std::lock_guard lk(t.mu);
-  auto& b = t.batches[ListingKey{epoch, path}];
-  if (!b) b = std::make_shared<ListingBatch>(epoch);
-  return b;
-}
-
-// The children watch of a shared listing: its notification, to every attempt
-// served that asked for the watch.
-Watcher shared_children_watch(const std::vector<ListingWant>& served) {
-  auto watchers = std::make_shared<std::vector<ListingWant>>();
-  for (const auto& w : served) {
-    if (w.watch) watchers->push_back(w);
-  }
-  if (watchers->empty()) return nullptr;
-  return [watchers](const WatchEvent&) {
-    for (const auto& w : *watchers) {
-      auto a = w.attempt.lock();
-      if (!a) continue;
-      MachineEvent ev{Kind::children_changed};
-      ev.tag = w.tag;
-      a->feed(std::move(ev));
-    }
-  };
-}
-
-// REQUIRES batch->mu. Its answer sends the next listing for whoever enrolled meanwhile.
-void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std::string path,
-                   std::vector<ListingWant> served) {
-  batch->inflight = true;
-  Watcher watch = shared_children_watch(served);
-  impl->get_children(
-      path, std::move(watch),
-      [impl, path, batch, served = std::move(served)](Status st, std::vector<std::string> children) {
-    {
-      std::lock_guard lk(batch->mu);
-      batch->inflight = false;
-      if (!batch->waiting.empty()) {
-        issue_listing(impl, batch, path, std::exchange(batch->waiting, {}));
-      } else {
-        auto& t = *impl->attempt_tables;
-        std::lock_guard lk2(t.mu);
-        auto it = t.batches.find(ListingKey{batch->epoch, path});
-        if (it != t.batches.end() && it->second == batch) t.batches.erase(it);
-      }
-    }
-    // Parsed and put in order once for everyone it serves.
-    const auto listing = parse_listing(st.ok() ? children : std::vector<std::string>{});
-    children = {};
-    for (const auto& w : served) {
-      auto a = w.attempt.lock();
-      if (!a) continue;
-      MachineEvent ev = answer(Kind::listed, w.tag, st);
-      ev.listing = listing;
-      a->feed(std::move(ev));
-    }
-      },
-      batch->epoch);
 }
 
 // A data read with a watch; a deletion is fed as `fired` with the request's
@@ -221,7 +144,7 @@ void LockAttempt::send_locked(const MachineRequest& c) {
     }
     case Req::list:
     case Req::list_watch:  // batched alike; the watch is shared (issue_listing)
-      list_locked(tag, c.kind == Req::list_watch);
+      list_batched(impl_, req_.lock_path, epoch_, ListingWant{weak_from_this(), tag, c.kind == Req::list_watch});
       break;
     case Req::read_stats: {
       auto stats = std::make_shared<std::vector<NodeStat>>(c.names.size());
@@ -296,16 +219,17 @@ void LockAttempt::note_blocker_watch(std::uint64_t tag, Client::Impl::WatchRef r
   });
 }
 
-// A listing issued after every request this attempt has sent so far; with
-// the children watch when `watch`.
-void LockAttempt::list_locked(std::uint64_t tag, bool watch) {
-  auto batch = batch_for(impl_, req_.lock_path, epoch_);
-  std::lock_guard lk(batch->mu);
-  if (!batch->inflight) {
-    issue_listing(impl_, batch, req_.lock_path, {ListingWant{weak_from_this(), tag, watch}});
-  } else {
-    batch->waiting.push_back(ListingWant{weak_from_this(), tag, watch});
-  }
+// A batched listing's answer, and its children watch's notification.
+void LockAttempt::on_listing(std::uint64_t tag, const Status& st, std::shared_ptr<const Listing> listing) {
+  MachineEvent ev = answer(Kind::listed, tag, st);
+  ev.listing = std::move(listing);
+  feed(std::move(ev));
+}
+
+void LockAttempt::on_children_changed(std::uint64_t tag) {
+  MachineEvent ev{Kind::children_changed};
+  ev.tag = tag;
+  feed(std::move(ev));
 }
 
 }  // namespace zklock::detail
