@@ -1,15 +1,11 @@
 // The recipe shell's per-client tables: live attempts by owner, listing batches, and what each lock was last seen as.
 //
 // One per Client::Impl (Client::Impl::attempt_tables), never shared between
-// clients. They were process-wide maps keyed by the client's address, so
-// every acquisition, listing and release of every session in the process
-// took the same three locks; on a saturated machine a thread preempted while
-// holding one stalled all the others. In the `services` benchmark (300
-// sessions in one process, two cores; its 2026-12-02 form, beside the
-// floor's hot locks) the 1-round-trip re-takes had a p99 of 180–300 ms,
-// and 21–57 ms once the tables were per client. Per client, only one
-// session's own threads contend, and a client made at a freed client's
-// address starts empty.
+// clients: only one session's own threads contend for its lock, and a
+// thread preempted while holding it stalls no other client (in the
+// `services` benchmark, 300 sessions in one process on two cores, a
+// process-wide table put the re-takes' p99 at 180–300 ms; per client it is
+// 21–57 ms).
 //
 // Lock order: `mu` is a leaf. It is taken under an attempt's lock and under
 // a batch's lock, and nothing is locked while it is held.
@@ -28,27 +24,8 @@
 namespace zklock::detail {
 
 class LockAttempt;
-
-// One attempt's listing in a batch: its tag, and whether it asked for the
-// children watch (list_watch; the listing's watch is then shared).
-struct ListingWant {
-  std::weak_ptr<LockAttempt> attempt;
-  std::uint64_t tag = 0;
-  bool watch = false;
-};
-
-// Listings are batched per session and lock, with at most one in flight,
-// watched or not (lock_attempt_io.cpp).
-struct ListingBatch {
-  explicit ListingBatch(std::uint64_t session) : epoch(session) {}
-  const std::uint64_t epoch;  // the session its listings are pinned to
-  std::mutex mu;
-  std::vector<ListingWant> waiting;  // GUARDED_BY(mu)
-  bool inflight = false;             // GUARDED_BY(mu)
-};
-
-// A batch's key: the session (epoch) and the lock path.
-using ListingKey = std::pair<std::uint64_t, std::string>;
+struct ListingBatch;
+using ListingKey = std::pair<std::uint64_t, std::string>;  // a batch's: the session (epoch) and the lock path
 
 struct AttemptTables {
   std::mutex mu;

@@ -285,7 +285,7 @@ struct Client::Impl {
     return ensemble_epoch_ == epoch() ? ensemble_id_ : std::string();
   }
   // The settings cannot prove a bound for this session: valid_until() stays
-  // in the past, and nothing waits for it (lock_attempt.hpp, invariant 7).
+  // in the past, and nothing waits for it (lock_machine.hpp, invariant 9).
   bool validity_refused() const { return validity_refused_.load(); }
   Clock::time_point valid_until() const {
     return Clock::time_point(Clock::duration(valid_until_.load()));

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "lock_attempt.hpp"
+#include "lock_front.hpp"
 #include "zklock/path.hpp"
 
 namespace zklock {

@@ -105,12 +105,10 @@ void LockAttempt::start(Client& client, AttemptRequest request, Done done) {
       case SessionEvent::reconnected: e.kind = Kind::reconnected; break;
       case SessionEvent::lost: e.kind = Kind::expired; break;
       case SessionEvent::validity_expired: e.kind = Kind::validity_expired; break;
-      case SessionEvent::validity_proven:  // for the shell only: a held-back grant (invariant 7)
-        if (auto s = weak.lock()) s->on_validity_proven(epoch);
-        return;
+      case SessionEvent::validity_proven: e.kind = Kind::validity_proven; break;
     }
     e.epoch = epoch;
-    if (auto s = weak.lock()) s->feed(e);
+    if (auto s = weak.lock()) s->feed(std::move(e));
   });
   const auto cancel = [weak](Errc errc, std::string message) {
     auto s = weak.lock();
@@ -118,7 +116,7 @@ void LockAttempt::start(Client& client, AttemptRequest request, Done done) {
     MachineEvent e{Kind::cancel};
     e.errc = errc;
     e.detail = std::move(message);
-    s->feed(e);
+    s->feed(std::move(e));
   };
   if (self->req_.timeout > std::chrono::milliseconds::zero()) {
     self->timer_ = self->impl_->schedule_at(Clock::now() + self->req_.timeout, [cancel, path = self->req_.lock_path] {
@@ -173,7 +171,7 @@ void LockAttempt::begin() {
   }
 }
 
-void LockAttempt::feed(const MachineEvent& ev) {
+void LockAttempt::feed(MachineEvent ev) {
   locked([&] {
     // A listing that shows our node: what a re-take's `confirmed` is
     // measured from (retaining attempts only; their queues are short).
@@ -183,18 +181,20 @@ void LockAttempt::feed(const MachineEvent& ev) {
       if (std::any_of(nodes.begin(), nodes.end(), [&](const QueueEntry& e) { return e.node.name == machine_->node_name(); }))
         confirmed_at_ = Clock::now();
     }
-    if (awaiting_valid_ && ev.kind == Kind::validity_expired) {
-      // Invariant (7): a grant not handed out yet waits for the proof; a
-      // lapse meanwhile ends nothing (nobody holds a lease to lose), and an
-      // expiry still comes as `expired`.
-    } else if (awaiting_valid_ && ev.kind == Kind::cancel) {
-      give_up_awaiting_locked(Error(ev.errc, ev.detail + " (granted, but the session's validity could not be proven in time)"));
-    } else if (machine_) {
-      execute_locked(machine_->step(ev));
+    if (machine_) {
+      step_locked(std::move(ev));
     } else if (ev.kind == Kind::cancel && done_) {  // before the ensemble id arrived: nothing was sent
       deliver_locked(Error(ev.errc, ev.detail));
     }
   });
+}
+
+// The clock's verdict goes with every event (lock_machine.hpp, invariant 9):
+// the bound of our session only, read consistently (valid_until_of).
+void LockAttempt::step_locked(MachineEvent ev) {
+  ev.within_bound = Clock::now() < impl_->valid_until_of(epoch_);
+  ev.no_bound = impl_->validity_refused();
+  execute_locked(machine_->step(ev));
 }
 
 // REQUIRES mu_. The acquisition's outcome when it is an error.
@@ -211,14 +211,6 @@ void LockAttempt::execute_locked(LockMachine::Commands cmds) {
   for (const auto& o : cmds.outcomes) report_locked(o);
   const auto phase = machine_->phase();
   if (idle_listed_ && phase != LockMachine::Phase::retained) unlist_idle_locked();
-  if (abandoned_ && phase == LockMachine::Phase::held) {
-    // Invariant (7): a grant held back until its caller gave up. Nobody
-    // holds it; release it as a lease would (it may retain again).
-    abandoned_ = false;
-    execute_locked(machine_->step(MachineEvent{Kind::release}));
-    if (machine_->phase() == LockMachine::Phase::retained) retain_locked();
-    return;
-  }
   // Invariant (3): once released or failed, nobody need hold the attempt
   // (release_async's caller drops its Lease at once), yet the remove in
   // flight must still be answered, retried after a reconnect, and reported.
@@ -227,12 +219,11 @@ void LockAttempt::execute_locked(LockMachine::Commands cmds) {
                     phase == LockMachine::Phase::releasing || phase == LockMachine::Phase::ending;
   if (over && !machine_->finished()) {
     keep_alive_while_cleaning();
-  } else if (keeping_alive_ && (machine_->finished() || phase == LockMachine::Phase::retained)) {
+  } else if (keep_alive_timer_ != 0 && (machine_->finished() || phase == LockMachine::Phase::retained)) {
     // Cleaned up: drop the timer now rather than let it fire (a timer-thread
     // wake per release, and the attempt held for a session timeout). The
     // outbox keeps us alive until mu_ is released (execute_locked always
     // runs inside locked()), so the timer's reference is never the last.
-    keeping_alive_ = false;
     outbox_.push_back([keep = shared_from_this()] {});
     impl_->cancel(std::exchange(keep_alive_timer_, 0));
   }
@@ -257,16 +248,13 @@ void LockAttempt::report_locked(const MachineOutcome& c) {
         lost_source_ = std::stop_source();
         if (!lost_cbs_.empty()) outbox_.push_back([cbs = std::exchange(lost_cbs_, {})] {});
       }
-      if (!done_) break;
-      if (provable_locked()) {
-        hand_out_locked();
-      } else {
-        // Invariant (7): not handed out until the bound covers it (typically
-        // right after a reconnect: the evidence starts over on the new
-        // connection), within the request's time.
-        awaiting_valid_ = true;
-        impl_->log->debug("{} granted ({}); waiting for the session's validity to be proven", req_.lock_path,
-                          token_.str());
+      if (timer_ != 0) impl_->cancel(timer_);
+      timer_ = 0;
+      if (impl_->opts.observer) handed_out_at_ = Clock::now();
+      if (auto done = std::exchange(done_, nullptr)) {
+        outbox_.push_back([done = std::move(done), self = std::move(pending_self_)] {
+          done(AcquireResult{Lease(self), std::nullopt});
+        });
       }
       break;
     }
@@ -274,17 +262,6 @@ void LockAttempt::report_locked(const MachineOutcome& c) {
       deliver_locked(Error(c.errc, c.message));
       break;
     case Out::lost: {
-      if (awaiting_valid_) {
-        // Invariant (7): lost before it was handed out; nobody holds a lease.
-        awaiting_valid_ = false;
-        abandoned_ = true;
-        deliver_locked(Error(c.reason == LossReason::revoked ? Errc::deadlock_victim : Errc::session_expired,
-                             "granted " + req_.lock_path + ", then lost before the session's validity was proven: " +
-                                 c.message));
-        break;
-      }
-      loss_ = c.reason;
-      loss_detail_ = c.message;
       impl_->log->warn("lease on {} ({}) lost: {} — {}", req_.lock_path, token_.str(), loss_reason_name(c.reason),
                        c.message);
       observe_lost_locked(c.reason);
@@ -307,46 +284,7 @@ void LockAttempt::report_locked(const MachineOutcome& c) {
     case Out::diverged:
       impl_->note_diverged(req_.lock_path, c.message);
       break;
-    default:
-      break;
   }
-}
-
-// REQUIRES mu_. Invariant (7): a lease is handed out only while the bound
-// covers it, so a caller that checks valid() first can use what it gets.
-// A session whose settings refuse any bound hands out at once (valid()
-// false, as documented): nothing would ever prove it.
-bool LockAttempt::provable_locked() const {
-  return impl_->validity_refused() || Clock::now() < impl_->valid_until_of(epoch_);
-}
-
-// REQUIRES mu_, done_ set, the machine holding.
-void LockAttempt::hand_out_locked() {
-  awaiting_valid_ = false;
-  if (timer_ != 0) impl_->cancel(timer_);
-  timer_ = 0;
-  if (impl_->opts.observer) handed_out_at_ = Clock::now();
-  outbox_.push_back([done = std::exchange(done_, nullptr), self = std::move(pending_self_)] {
-    done(AcquireResult{Lease(self), std::nullopt});
-  });
-}
-
-// REQUIRES mu_, awaiting_valid_. Granted, never handed out, and now out of
-// time: the machine holds (it ignores a cancel then), so the caller gets
-// `error` and the grant is released as a lease would (execute_locked,
-// abandoned_).
-void LockAttempt::give_up_awaiting_locked(Error error) {
-  awaiting_valid_ = false;
-  abandoned_ = true;
-  deliver_locked(std::move(error));
-  execute_locked({});
-}
-
-void LockAttempt::on_validity_proven(std::uint64_t epoch) {
-  locked([&] {
-    if (!awaiting_valid_ || epoch != epoch_ || !done_ || !machine_ || !machine_->holding()) return;
-    if (provable_locked()) hand_out_locked();
-  });
 }
 
 // REQUIRES mu_. Nobody may hold a failed or released attempt any more, yet
@@ -354,12 +292,10 @@ void LockAttempt::on_validity_proven(std::uint64_t epoch) {
 // reconnect). The timer thread holds it — not a self-reference, which would
 // outlive the client — re-armed while cleanup is pending.
 void LockAttempt::keep_alive_while_cleaning() {
-  if (keeping_alive_) return;
-  keeping_alive_ = true;
+  if (keep_alive_timer_ != 0) return;
   keep_alive_timer_ = impl_->schedule_at(Clock::now() + std::max(impl_->negotiated(), std::chrono::milliseconds(100)),
                                          [self = shared_from_this()] {
                                            std::lock_guard lk(self->mu_);
-                                           self->keeping_alive_ = false;
                                            self->keep_alive_timer_ = 0;
                                            if (!self->machine_->finished()) self->keep_alive_while_cleaning();
                                          });
@@ -371,7 +307,6 @@ void LockAttempt::finish_locked() {
   if (timer_ != 0) impl_->cancel(timer_);
   timer_ = 0;
   impl_->unwatch(std::exchange(blocker_watch_, {}));
-  blocker_tag_ = 0;
   if (registered_) {
     auto& t = *impl_->attempt_tables;
     std::lock_guard lk(t.mu);

@@ -1,16 +1,23 @@
 // Internal: LockAttempt, the shell that runs one acquisition of one lock node on the C client.
 //
 // The shell around the recipe's pure state machine (lock_machine.hpp),
-// shared by FairMutex, FairSharedMutex and MultiLock. It decides nothing: it
-// turns C-client answers, watch notifications, session events, timeouts and
-// the user's release into MachineEvents, and executes the MachineCommands
-// that come back (requests to send, outcomes to report).
+// shared by FairMutex, FairSharedMutex and MultiLock. It turns C-client
+// answers, watch notifications, session events, timeouts and the user's
+// release into MachineEvents, each stamped with the clock's verdict on the
+// validity bound and, for a release, with the owner's (invariant 6); and it
+// executes the MachineCommands that come back (requests to send, outcomes
+// to report). Whether a lease is handed out, kept idle or re-taken is the
+// machine's decision.
 //
 // Files: lock_attempt.cpp (lifecycle: start, feed, outcomes, the end),
 // lock_attempt_io.cpp (requests out, answers and watches in),
 // lock_attempt_lease.cpp (the Lease's calls, release),
-// lock_attempt_retain.cpp (retained leases: the slot, the re-take) and
-// lock_attempt_watchdog.cpp (the waiting watchdog's timer).
+// lock_attempt_retain.cpp (retained leases: the slot, the re-take, the
+// owner's idle nodes), lock_attempt_watchdog.cpp (the waiting watchdog's
+// timer), lock_attempt_observe.cpp (ClientOptions::observer) and
+// lock_attempt_front.cpp (a request's owner and holder, the per-lock
+// history). attempt_tables.hpp holds the per-client tables; listings go
+// through listing_batch.hpp; the front ends' helpers are lock_front.hpp.
 //
 // Threads: events arrive on the ZooKeeper completion thread, the client's
 // timer thread and user threads; each is fed to the machine under `mu_`, and
@@ -41,17 +48,14 @@
 //  (6) An owner with an acquisition under way in this client has no idle
 //      retained node in it (AttemptTables::owners): each non-re-take start
 //      ends the owner's idle retentions before its create is sent, and a
-//      release during one does not retain. Its node in a queue is thus
-//      never a wait-for edge towards a node of its own that nobody holds
-//      (docs/detector.md, "Idle retained nodes").
-//  (7) A lease is handed out only while the session's validity bound covers
-//      it (valid() is true when the caller gets it). A grant that is not yet
-//      provable — typically just after a reconnect, before the evidence on
-//      the new connection has raised the bound — is held back
-//      (`awaiting_valid_`) until validity_proven, within the request's time
-//      (a lapse meanwhile is no loss: nobody holds a lease yet);
-//      if the time runs out or the grant is lost first, the caller gets the
-//      error and the grant is released like an abandoned re-take's.
+//      release during one tells the machine it may not retain (may_retain).
+//      Its node in a queue is thus never a wait-for edge towards a node of
+//      its own that nobody holds (docs/detector.md, "Idle retained nodes").
+//  (7) `done_` gets a Lease only from the machine's `granted`, which it
+//      reports only in a step whose event says the bound covers it
+//      (lock_machine.hpp, invariant 9): valid() is true when the caller gets
+//      it. The request's timer still runs while the grant waits for its
+//      proof; its cancel then fails the attempt and the machine releases.
 #pragma once
 
 #include <atomic>
@@ -144,9 +148,10 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   Mode mode() const { return req_.mode; }
 
   // Feeds one event to the machine and executes its commands (takes mu_).
-  void feed(const MachineEvent& ev);
+  void feed(MachineEvent ev);
   void note_blocker_watch(std::uint64_t tag, Client::Impl::WatchRef ref);  // the re-armed blocker watch
-  void on_validity_proven(std::uint64_t epoch);  // a held-back grant goes out (invariant 7)
+  void on_listing(std::uint64_t tag, const Status& st, std::shared_ptr<const Listing> listing);  // list_batched
+  void on_children_changed(std::uint64_t tag);
   // An idle retained node is released for real, in the background.
   void end_retention();
 
@@ -163,7 +168,8 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   // the idle attempt in `request.slot`, which any other request ends.
   static bool retake_from_slot(AttemptRequest& request, Done& done);
   bool retake(AttemptRequest& fallback, Done& done);
-  void retain_locked();  // REQUIRES mu_: the release kept the node; arm the timer, enter the slot
+  std::shared_ptr<RetainSlot> reserve_idle_locked();       // REQUIRES mu_: a release's may_retain
+  void retain_locked(std::shared_ptr<RetainSlot> slot);  // REQUIRES mu_: the release kept the node
   void retake_void_locked(const std::string& why);  // REQUIRES mu_: the re-take did not grant
   // Invariant (6): this acquisition is under way; the owner's idle
   // retentions end. Before any concurrency (start).
@@ -184,9 +190,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
     for (auto& f : after) f();
   }
   void deliver_locked(Error error);                 // REQUIRES mu_: the outcome is an error
-  bool provable_locked() const;                     // REQUIRES mu_: invariant (7)
-  void hand_out_locked();                           // REQUIRES mu_: the grant's Lease to done_
-  void give_up_awaiting_locked(Error error);        // REQUIRES mu_: invariant (7), out of time
+  void step_locked(MachineEvent ev);                // REQUIRES mu_: with the clock's verdict, then executed
   void execute_locked(LockMachine::Commands cmds);  // REQUIRES mu_
   // The waiting watchdog (lock_machine.hpp, invariant 7): arms the timer for
   // a wait on the blocker whose name hashes to `blocker`;
@@ -194,7 +198,6 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   void arm_watchdog_locked(std::size_t blocker);
   void stop_watchdog_locked();
   void send_locked(const MachineRequest& c);        // REQUIRES mu_
-  void list_locked(std::uint64_t tag, bool watch);  // REQUIRES mu_: a (batched) listing
   void report_locked(const MachineOutcome& c);      // REQUIRES mu_: an outcome
   bool start_release(std::uint64_t grant, std::function<void()> then);
   void keep_alive_while_cleaning();  // REQUIRES mu_
@@ -230,8 +233,6 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   std::uint64_t grant_ = 0;             // GUARDED_BY(mu_): grants so far (invariant 4)
   AttemptRequest* fallback_ = nullptr;  // GUARDED_BY(mu_): inside retake() only (invariant 5)
   Client::Impl::TimerId retain_timer_ = 0;
-  std::optional<LossReason> loss_;      // GUARDED_BY(mu_)
-  std::string loss_detail_;
   std::vector<std::function<void(LossReason, const std::string&)>> lost_cbs_;
   std::vector<std::function<void()>> release_waiters_;
   std::vector<std::function<void()>> outbox_;  // GUARDED_BY(mu_): run by locked() after unlocking
@@ -240,13 +241,10 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   Client::Impl::TimerId timer_ = 0;
   std::unique_ptr<std::stop_callback<std::function<void()>>> stop_cb_;
   bool registered_ = false;
-  bool keeping_alive_ = false;
-  bool awaiting_valid_ = false;  // GUARDED_BY(mu_): granted, held back until provable (invariant 7)
-  bool abandoned_ = false;   // GUARDED_BY(mu_): a held-back grant whose caller gave up (invariant 7)
   bool acquiring_ = false;   // GUARDED_BY(mu_): counted in AttemptTables::owners (invariant 6)
   bool idle_listed_ = false; // GUARDED_BY(mu_): listed there as idle
   Clock::time_point handed_out_at_{};  // GUARDED_BY(mu_): the grant's hand-out, read only with an observer
-  Client::Impl::TimerId keep_alive_timer_ = 0;  // GUARDED_BY(mu_): while keeping_alive_
+  Client::Impl::TimerId keep_alive_timer_ = 0;  // GUARDED_BY(mu_): 0 unless keeping the attempt alive (invariant 3)
   // The waiting watchdog: its timer, the blocker it watches (a hash of the
   // name: the attempt stays in malloc's thread cache) and its period in ms.
   Client::Impl::TimerId watchdog_timer_ = 0;  // GUARDED_BY(mu_)
@@ -257,7 +255,6 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   // fires (Client::Impl::unwatch): a waiter that gives up leaves nothing on
   // the node it waited for.
   Client::Impl::WatchRef blocker_watch_;  // GUARDED_BY(mu_)
-  std::uint64_t blocker_tag_ = 0;         // GUARDED_BY(mu_): its request's tag
   // Keeps a pending attempt alive: while waiting, only weak references sit
   // in ZooKeeper's watch table. Cleared when the outcome is delivered.
   std::shared_ptr<LockAttempt> pending_self_;
@@ -276,20 +273,5 @@ Holder holder_for(const Client& client, const AttemptRequest& request);
 // it), forgotten wholesale past 4,096 locks.
 LockHistory seen_before(Client::Impl* impl, const std::string& lock_path);
 void remember_seen(Client::Impl* impl, const std::string& lock_path, bool contended);
-
-// --- shared by the front ends (FairMutex, FairSharedMutex, MultiLock) ---
-// A mutex's request: its loss policy and its retention (a reader's is
-// dropped by LockAttempt::start). Timeout zero: none.
-AttemptRequest mutex_request(const std::string& lock_path, Mode mode, const AcquireOptions& options,
-                             const MutexOptions& mutex, const std::shared_ptr<RetainSlot>& slot,
-                             std::chrono::milliseconds timeout = {}, std::stop_token stop = {});
-// The lease, or the error thrown.
-Lease take_lease(AcquireResult result);
-// Nullopt for a timeout; otherwise as take_lease.
-std::optional<Lease> take_lease_unless_timeout(AcquireResult result);
-// Starts an acquisition whose outcome goes to `done` on the client's callback
-// thread (LockAttempt's own `done` runs on ZooKeeper's completion thread or
-// the client's timer thread, which user code must not hold up).
-void start_async(Client& client, AttemptRequest request, AcquireCallback done);
 
 }  // namespace zklock::detail

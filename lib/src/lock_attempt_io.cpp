@@ -2,14 +2,14 @@
 //
 // Part of the LockAttempt shell (lock_attempt.hpp). Nothing here decides:
 // a C-client answer becomes the MachineEvent of the same tag, with its
-// return code mapped once (rc_of); listings are batched per client and lock.
+// return code mapped once (rc_of); listings go through listing_batch.hpp.
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <utility>
 
-#include "attempt_tables.hpp"
 #include "lock_attempt.hpp"
+#include "listing_batch.hpp"
 #include "zklock/protocol/revocation.hpp"
 
 namespace zklock::detail {
@@ -23,9 +23,8 @@ using Req = MachineRequest::Kind;
 // ends it here: invalid_state, which for an asynchronous request (the only
 // kind the shell sends) means the C client refused to send it on a handle
 // that is over — its session expired, its authentication failed, or it is
-// closing. Read as an error instead, a revocation record that could not be
-// read that way made a frozen holder whose session expired report
-// "revoked" (HolderLoss.FrozenPastTheSessionTimeoutIsToldExpiryNotRevocation).
+// closing. Read as an error, a revocation record unreadable that way would
+// make a frozen holder whose session expired report "revoked".
 Rc rc_of(const Status& st) {
   if (st.ok()) return Rc::ok;
   if (st.is(Errc::no_node)) return Rc::no_node;
@@ -45,88 +44,6 @@ MachineEvent answer(Kind kind, std::uint64_t tag, const Status& st) {
     ev.detail = err.what();
   }
   return ev;
-}
-
-// Listings are batched per (client, session, lock path), with at most one in flight:
-// a listing needed while one is in flight waits for its answer, and then one
-// get_children serves every attempt that enrolled meanwhile (one session's
-// requests execute in order, so it lists all their nodes, each issued after
-// that attempt's create). An uncontended acquire still costs one round trip.
-//
-// Watched listings (list_watch) are batched too: the listing carries the
-// children watch if any attempt it serves asked for one, and the watch's
-// notification goes to each of those attempts with its own tag. For each it
-// is what its own list_watch would have been: issued after its create,
-// armed by the listing it is answered with, fired by the next change of the
-// children after that listing. They were sent one per attempt: a burst of N
-// local waiters on a lock the client last found free (MachineConfig::
-// watch_listings), or relisting after a reconnect before any listing had
-// shown them another node, sent N listings of a queue growing to N, each
-// parsed and held by its own machine — O(N^2) bytes from the server and in
-// memory (10,000 such waiters on one session grew a process past
-// 12 GB in the plain build, and CI's ASan stage to its OOM kill at 24 GB).
-// A batch serves the attempts of one session only, and its listing is pinned
-// to that session: an attempt's answers all come from the session its node
-// belongs to (lock_attempt.hpp, invariant 2).
-std::shared_ptr<ListingBatch> batch_for(Client::Impl* impl, const std::string& path, std::uint64_t epoch) {
-  auto& t = *impl->attempt_tables;
-  std::lock_guard lk(t.mu);
-  auto& b = t.batches[ListingKey{epoch, path}];
-  if (!b) b = std::make_shared<ListingBatch>(epoch);
-  return b;
-}
-
-// The children watch of a shared listing: its notification, to every attempt
-// served that asked for the watch.
-Watcher shared_children_watch(const std::vector<ListingWant>& served) {
-  auto watchers = std::make_shared<std::vector<ListingWant>>();
-  for (const auto& w : served) {
-    if (w.watch) watchers->push_back(w);
-  }
-  if (watchers->empty()) return nullptr;
-  return [watchers](const WatchEvent&) {
-    for (const auto& w : *watchers) {
-      auto a = w.attempt.lock();
-      if (!a) continue;
-      MachineEvent ev{Kind::children_changed};
-      ev.tag = w.tag;
-      a->feed(ev);
-    }
-  };
-}
-
-// REQUIRES batch->mu. Its answer sends the next listing for whoever enrolled meanwhile.
-void issue_listing(Client::Impl* impl, std::shared_ptr<ListingBatch> batch, std::string path,
-                   std::vector<ListingWant> served) {
-  batch->inflight = true;
-  Watcher watch = shared_children_watch(served);
-  impl->get_children(
-      path, std::move(watch),
-      [impl, path, batch, served = std::move(served)](Status st, std::vector<std::string> children) {
-    {
-      std::lock_guard lk(batch->mu);
-      batch->inflight = false;
-      if (!batch->waiting.empty()) {
-        issue_listing(impl, batch, path, std::exchange(batch->waiting, {}));
-      } else {
-        auto& t = *impl->attempt_tables;
-        std::lock_guard lk2(t.mu);
-        auto it = t.batches.find(ListingKey{batch->epoch, path});
-        if (it != t.batches.end() && it->second == batch) t.batches.erase(it);
-      }
-    }
-    // Parsed and put in order once for everyone it serves.
-    const auto listing = parse_listing(st.ok() ? children : std::vector<std::string>{});
-    children = {};
-    for (const auto& w : served) {
-      auto a = w.attempt.lock();
-      if (!a) continue;
-      MachineEvent ev = answer(Kind::listed, w.tag, st);
-      ev.listing = listing;
-      a->feed(ev);
-    }
-      },
-      batch->epoch);
 }
 
 // A data read with a watch; a deletion is fed as `fired` with the request's
@@ -149,7 +66,7 @@ Client::Impl::WatchRef watch_deletion(Client::Impl* impl, std::uint64_t epoch, s
     if (e.type != WatchEvent::Type::deleted && answered == Kind::own_checked) {
       MachineEvent ev{Kind::own_changed};
       ev.tag = tag;
-      s->feed(ev);
+      s->feed(std::move(ev));
       return;
     }
     if (e.type != WatchEvent::Type::deleted) {
@@ -158,7 +75,7 @@ Client::Impl::WatchRef watch_deletion(Client::Impl* impl, std::uint64_t epoch, s
     }
     MachineEvent ev{fired};
     ev.tag = tag;
-    s->feed(ev);
+    s->feed(std::move(ev));
   };
   Client::Impl::WatchRef armed;
   impl->get(
@@ -176,7 +93,7 @@ void LockAttempt::send_locked(const MachineRequest& c) {
   std::weak_ptr<LockAttempt> weak = weak_from_this();
   const auto tag = c.tag;
   auto feed_to = [weak](MachineEvent ev) {
-    if (auto s = weak.lock()) s->feed(ev);
+    if (auto s = weak.lock()) s->feed(std::move(ev));
   };
   // Invariant (2): never on another session. This check only saves a
   // request; the pin (`epoch_`, the last argument of every request below)
@@ -227,7 +144,7 @@ void LockAttempt::send_locked(const MachineRequest& c) {
     }
     case Req::list:
     case Req::list_watch:  // batched alike; the watch is shared (issue_listing)
-      list_locked(tag, c.kind == Req::list_watch);
+      list_batched(impl_, req_.lock_path, epoch_, ListingWant{weak_from_this(), tag, c.kind == Req::list_watch});
       break;
     case Req::read_stats: {
       auto stats = std::make_shared<std::vector<NodeStat>>(c.names.size());
@@ -253,7 +170,6 @@ void LockAttempt::send_locked(const MachineRequest& c) {
       impl_->unwatch(blocker_watch_);
       blocker_watch_ =
           watch_deletion(impl_, epoch_, weak, tag, Kind::blocker_checked, Kind::blocker_deleted, child_path(c.name));
-      blocker_tag_ = tag;
       arm_watchdog_locked(std::hash<std::string>{}(c.name));
       break;
     case Req::watch_own:
@@ -290,31 +206,30 @@ void LockAttempt::send_locked(const MachineRequest& c) {
             child_path(c.name), -1, [feed_to, tag](Status st) { feed_to(answer(Kind::removed, tag, st)); }, epoch_);
       }
       break;
-    default:
-      break;
   }
 }
 
 // A blocker's watch re-armed after a data change (a retained node re-taken):
-// kept if that blocker is still the one we wait for, else taken back (the
-// attempt ended, or follows another blocker, meanwhile).
+// kept while the machine still waits on it, else taken back (the attempt
+// ended, or follows another blocker, meanwhile).
 void LockAttempt::note_blocker_watch(std::uint64_t tag, Client::Impl::WatchRef ref) {
   locked([&] {
-    if (tag != 0 && tag == blocker_tag_) blocker_watch_ = std::move(ref);
+    if (machine_ && machine_->waits_on(tag)) blocker_watch_ = std::move(ref);
     else impl_->unwatch(ref);
   });
 }
 
-// A listing issued after every request this attempt has sent so far; with
-// the children watch when `watch`.
-void LockAttempt::list_locked(std::uint64_t tag, bool watch) {
-  auto batch = batch_for(impl_, req_.lock_path, epoch_);
-  std::lock_guard lk(batch->mu);
-  if (!batch->inflight) {
-    issue_listing(impl_, batch, req_.lock_path, {ListingWant{weak_from_this(), tag, watch}});
-  } else {
-    batch->waiting.push_back(ListingWant{weak_from_this(), tag, watch});
-  }
+// A batched listing's answer, and its children watch's notification.
+void LockAttempt::on_listing(std::uint64_t tag, const Status& st, std::shared_ptr<const Listing> listing) {
+  MachineEvent ev = answer(Kind::listed, tag, st);
+  ev.listing = std::move(listing);
+  feed(std::move(ev));
+}
+
+void LockAttempt::on_children_changed(std::uint64_t tag) {
+  MachineEvent ev{Kind::children_changed};
+  ev.tag = tag;
+  feed(std::move(ev));
 }
 
 }  // namespace zklock::detail

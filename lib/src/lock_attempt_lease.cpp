@@ -60,24 +60,25 @@ bool LockAttempt::valid(std::uint64_t grant) const {
 
 bool LockAttempt::suspended(std::uint64_t grant) const {
   std::lock_guard lk(mu_);
-  return grant == grant_ && machine_ && machine_->phase() == LockMachine::Phase::held && !loss_ && machine_->suspended();
+  return grant == grant_ && machine_ && machine_->phase() == LockMachine::Phase::held && !machine_->loss() &&
+         machine_->suspended();
 }
 
 std::optional<LossReason> LockAttempt::loss_reason(std::uint64_t grant) const {
   std::lock_guard lk(mu_);
-  return grant == grant_ ? loss_ : std::nullopt;  // an earlier grant was released cleanly
+  return grant == grant_ && machine_ ? machine_->loss() : std::nullopt;  // an earlier grant was released cleanly
 }
 
 std::string LockAttempt::loss_detail(std::uint64_t grant) const {
   std::lock_guard lk(mu_);
-  return grant == grant_ ? loss_detail_ : std::string();
+  return grant == grant_ && machine_ ? machine_->loss_detail() : std::string();
 }
 
 void LockAttempt::on_lost(std::uint64_t grant, std::function<void(LossReason, const std::string&)> cb) {
   std::lock_guard lk(mu_);
-  if (grant != grant_) return;  // released: never lost
-  if (loss_) {
-    impl_->post_user([cb = std::move(cb), r = *loss_, d = loss_detail_] { cb(r, d); });
+  if (grant != grant_ || !machine_) return;  // released: never lost
+  if (const auto r = machine_->loss()) {
+    impl_->post_user([cb = std::move(cb), r = *r, d = machine_->loss_detail()] { cb(r, d); });
     return;
   }
   lost_cbs_.push_back(std::move(cb));
@@ -98,8 +99,11 @@ bool LockAttempt::start_release(std::uint64_t grant, std::function<void()> then)
     if (!lost_cbs_.empty()) outbox_.push_back([cbs = std::exchange(lost_cbs_, {})] {});
     finish_locked();
     release_waiters_.push_back(std::move(then));
-    execute_locked(machine_->step(MachineEvent{Kind::release}));
-    if (machine_->phase() == LockMachine::Phase::retained) retain_locked();
+    MachineEvent ev{Kind::release};
+    auto slot = reserve_idle_locked();
+    ev.may_retain = slot != nullptr;
+    step_locked(std::move(ev));
+    if (machine_->phase() == LockMachine::Phase::retained) retain_locked(std::move(slot));
   });
   return started;
 }

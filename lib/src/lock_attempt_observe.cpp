@@ -58,7 +58,7 @@ void LockAttempt::start_observed(Client& client, AttemptRequest request, Done do
 // `this` outlives the queued call: the outbox runs before locked() returns.
 void LockAttempt::observe_released_locked() {
   auto* observer = impl_->opts.observer.get();
-  if (!observer || loss_) return;
+  if (!observer || machine_->loss()) return;
   outbox_.push_back([this, observer, held = Clock::now() - handed_out_at_] {
     notify(*impl_->log, [&] { observer->released(req_.lock_path, held); });
   });

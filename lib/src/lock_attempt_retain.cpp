@@ -44,28 +44,29 @@ bool LockAttempt::retake_from_slot(AttemptRequest& request, Done& done) {
   return false;
 }
 
-// REQUIRES mu_. The node stays idle: the retain timer ends the retention
-// unless a re-take comes first; the slot keeps the attempt alive (the slot's
-// lock is taken inside ours here, never the other way round). Not while the
-// owner has an acquisition under way (invariant 6): it may be queued, and
-// must not also stand in a queue as an idle node nobody holds.
-void LockAttempt::retain_locked() {
-  auto slot = req_.slot.lock();
-  bool owner_acquiring = false;
-  if (slot) {
-    auto& t = *impl_->attempt_tables;
-    std::lock_guard lk(t.mu);
-    auto& o = t.owners[owner_];
-    owner_acquiring = o.acquiring > 0;
-    if (!owner_acquiring) {
-      o.idle.push_back(weak_from_this());
-      idle_listed_ = true;
-    }
-  }
-  if (!slot || owner_acquiring) {  // the mutex is gone (nobody can re-take), or the owner may wait
-    execute_locked(machine_->step(MachineEvent{Kind::retain_over}));
-    return;
-  }
+// REQUIRES mu_, before the release is stepped: the release event's
+// may_retain (invariant 6). The mutex's slot, or null when nobody can re-take
+// (no retention asked, the mutex gone) or the owner has an acquisition under
+// way (it may be queued, and must not also stand in a queue as an idle node
+// nobody holds). Listed as idle under the tables' lock in the same breath,
+// so an acquisition by the owner that begins after this ends the retention
+// (begin_acquiring); execute_locked unlists it if the machine does not retain.
+std::shared_ptr<RetainSlot> LockAttempt::reserve_idle_locked() {
+  auto slot = req_.retain > std::chrono::milliseconds::zero() ? req_.slot.lock() : nullptr;
+  if (!slot) return nullptr;
+  auto& t = *impl_->attempt_tables;
+  std::lock_guard lk(t.mu);
+  auto& o = t.owners[owner_];
+  if (o.acquiring > 0) return nullptr;
+  o.idle.push_back(weak_from_this());
+  idle_listed_ = true;
+  return slot;
+}
+
+// REQUIRES mu_. The machine kept the node idle: the retain timer ends the
+// retention unless a re-take comes first; the slot keeps the attempt alive
+// (the slot's lock is taken inside ours here, never the other way round).
+void LockAttempt::retain_locked(std::shared_ptr<RetainSlot> slot) {
   std::weak_ptr<LockAttempt> weak = weak_from_this();
   retain_timer_ = impl_->schedule_at(Clock::now() + req_.retain, [weak] {
     if (auto s = weak.lock()) s->feed(MachineEvent{Kind::retain_over});
@@ -94,11 +95,9 @@ bool LockAttempt::retake(AttemptRequest& fallback, Done& done) {
     done_ = std::move(done);
     pending_self_ = shared_from_this();
     MachineEvent ev{Kind::retake};
-    const auto now = Clock::now();
-    ev.within_bound = now < impl_->valid_until_of(epoch_);  // our session's bound only
-    ev.confirmed = now - confirmed_at_ < impl_->wait_check_period();
+    ev.confirmed = Clock::now() - confirmed_at_ < impl_->wait_check_period();
     fallback_ = &fallback;
-    execute_locked(machine_->step(ev));
+    step_locked(std::move(ev));  // with the bound's verdict
     fallback_ = nullptr;
   });
   return taken;
@@ -178,7 +177,7 @@ void LockAttempt::end_retention() {
   locked([&] {
     if (retain_timer_ != 0) impl_->cancel(retain_timer_);
     retain_timer_ = 0;
-    if (machine_) execute_locked(machine_->step(MachineEvent{Kind::retain_over}));
+    if (machine_) step_locked(MachineEvent{Kind::retain_over});
   });
 }
 

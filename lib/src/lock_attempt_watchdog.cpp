@@ -36,7 +36,7 @@ void LockAttempt::arm_watchdog_locked(std::size_t blocker) {
     s->locked([&] {
       s->watchdog_timer_ = 0;
       if (!s->machine_) return;
-      s->execute_locked(s->machine_->step(MachineEvent{Kind::watchdog}));
+      s->step_locked(MachineEvent{Kind::watchdog});
       // Still waiting and no new blocker watched yet: look again, later (a
       // new blocker, when the listing shows one, re-arms at the base period).
       if (s->watchdog_timer_ == 0 && s->machine_->phase() == LockMachine::Phase::acquiring)

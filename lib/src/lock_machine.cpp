@@ -112,7 +112,7 @@ void LockMachine::relist(Commands& out) {
 // for it (none set, or we are not alone and will wait): watch it now (6).
 void LockMachine::cover_own(Commands& out) {
   if (own_.covered && (children_.tag == 0 || others_seen_) && own_.state == NodeState::exists &&
-      (acquiring() || phase_ == Phase::held)) {
+      (acquiring() || granted())) {
     watch_own(out);
   }
 }
@@ -218,11 +218,14 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
     case Kind::validity_expired:
       on_session(ev, out);
       break;
+    case Kind::validity_proven:
+      break;  // the hand-out below decides
     case Kind::cancel:
       if (acquiring()) fail(ev.errc, ev.detail, out);
+      else withdraw(ev.errc, ev.detail + " (granted, but the session's validity could not be proven in time)", out);
       break;
     case Kind::release:
-      on_release(out);
+      on_release(ev, out);
       break;
     case Kind::retake:
       on_retake(ev, out);
@@ -231,6 +234,8 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
       if (phase_ == Phase::retained) end_retention(out);
       break;
   }
+  // Invariant (9): a grant waits for a step whose clock says the bound covers it.
+  if (phase_ == Phase::proving && (ev.within_bound || ev.no_bound) && own_.state == NodeState::exists) hand_out(out);
   return out;
 }
 
@@ -256,14 +261,36 @@ void LockMachine::session_over(Commands& out) {
   on_session(over, out);
 }
 
+// Our node passed the queue (or a re-take is local); step() hands it out
+// once the bound covers it (invariant 9).
+void LockMachine::grant() { phase_ = Phase::proving; }
+
 // Invariant (8): each grant of our node, re-takes included, is a lease of
 // its own, numbered here.
-void LockMachine::grant(std::int64_t token, Commands& out) {
+void LockMachine::hand_out(Commands& out) {
   phase_ = Phase::held;
   MachineOutcome c{Out::granted};
-  c.token = token;
+  c.token = own_.czxid;
   c.ordinal = leases_++;
   report(out, std::move(c));
+}
+
+// Invariant (9): a grant never handed out ends. The caller gets `errc`; the
+// node goes, now or once the same session is back, without the hand-off
+// marker (invariant 3: no lease was handed out; a waiter lists again).
+void LockMachine::withdraw(Errc errc, std::string message, Commands& out) {
+  if (phase_ != Phase::proving) return;
+  phase_ = Phase::failed;
+  round_.abandon();
+  duties_.drop(Duty::relist);
+  MachineOutcome c{Out::failed};
+  c.errc = errc;
+  c.message = std::move(message);
+  report(out, std::move(c));
+  if (doubt_ != Doubt::none) sweep(out);
+  if (own_.state != NodeState::exists) return;
+  if (link_ == Link::up) remove_own(Duty::remove, out);
+  else duties_.add(Duty::remove);
 }
 
 void LockMachine::fail(Errc errc, std::string message, Commands& out) {

@@ -67,6 +67,14 @@
 //      as (czxid, ordinal): a re-take's lease orders after every earlier
 //      lease of the node, and a later node's (another holder's) after all.
 //
+//  (9) A lease is handed out only while the session's validity bound covers
+//      it: the `granted` outcome goes out in a step whose event says so
+//      (within_bound, from the shell's clock; or no_bound: the settings
+//      prove none, and valid() stays false). Until then the grant waits in
+//      `proving`: a cancel fails the attempt and deletes the node (no
+//      marker: no lease was handed out); a loss fails it with the loss's
+//      code; a lapse of the bound ends nothing (no lease exists to lose).
+//
 // A deletion watch (watch_own, watch_blocker) is a getData with a watch, not
 // an exists: on a node already gone, exists would leave a watch for its
 // creation that never comes (lock_attempt_io.cpp, watch_deletion). The
@@ -91,9 +99,10 @@ class LockMachine {
  public:
   using Commands = MachineCommands;
   using Clock = std::chrono::steady_clock;
-  // retained: released by the user, node kept idle; ending: a retained
-  // node being released for real (no lease).
-  enum class Phase { idle, acquiring, held, releasing, retained, ending, failed, released };
+  // proving: granted, not handed out until an event says the validity
+  // bound covers it (invariant 9); retained: released by the user, node kept
+  // idle; ending: a retained node being released for real (no lease).
+  enum class Phase { idle, acquiring, proving, held, releasing, retained, ending, failed, released };
 
   explicit LockMachine(MachineConfig config);
 
@@ -112,6 +121,12 @@ class LockMachine {
   bool holding(Clock::time_point now, Clock::time_point valid_until) const { return holding() && now < valid_until; }
   bool suspended() const { return link_ == Link::down; }
   std::optional<LossReason> loss() const { return loss_; }
+  const std::string& loss_detail() const { return loss_detail_; }
+  // Acquiring, and `tag` is the watch_blocker whose deletion it waits for
+  // (the round's blocker, or the one the watchdog doubted and still follows).
+  bool waits_on(std::uint64_t tag) const {
+    return acquiring() && tag != 0 && (tag == round_.blocker_tag || tag == doubted_.watch_tag);
+  }
   const std::string& node_name() const { return own_.name; }
   std::int64_t czxid() const { return own_.czxid; }
   const MachineConfig& config() const { return cfg_; }
@@ -219,8 +234,10 @@ class LockMachine {
   void replay(Commands& out);     // the obligations, once the same session is back
   void on_expired(Commands& out);
   void on_removed(const MachineEvent& ev, Commands& out);
-  void grant(std::int64_t token, Commands& out);
+  void grant();                            // our node passed the queue: proving (invariant 9)
+  void hand_out(Commands& out);           // proving -> held: the `granted` outcome
   void fail(Errc errc, std::string message, Commands& out);
+  void withdraw(Errc errc, std::string message, Commands& out);  // proving -> failed, the node released
   void lose(LossReason reason, std::string message, Commands& out);
   void remove_own(Duty kind, Commands& out);
   void remove_extra(const std::string& name, Commands& out);
@@ -228,7 +245,7 @@ class LockMachine {
   void sweep(Commands& out);  // list, and delete every other node with our GUID
   void on_sweep(const MachineEvent& ev, const Listing& listing, Commands& out);
   // Retained leases (invariant 5).
-  void on_release(Commands& out);
+  void on_release(const MachineEvent& ev, Commands& out);
   void on_children_changed(const MachineEvent& ev, Commands& out);
   void on_retake(const MachineEvent& ev, Commands& out);
   void end_retention(Commands& out);  // the real release of a retained node
@@ -236,6 +253,7 @@ class LockMachine {
   bool nobody_queued() const { return children_.state == Watch::quiet; }
   void void_retake(std::string why, Commands& out);
   bool acquiring() const { return phase_ == Phase::acquiring; }
+  bool granted() const { return phase_ == Phase::proving || phase_ == Phase::held; }  // our node passed the queue
   std::string guid_for(std::uint32_t n) const;  // the GUID of our n-th create
   bool ours(std::string_view guid) const;       // a GUID of one of our creates
   std::uint64_t next_tag() { return ++tag_; }
@@ -254,6 +272,7 @@ class LockMachine {
   Doubt doubt_ = Doubt::none;
   std::uint64_t barrier_tag_ = 0;  // the write barrier in flight
   std::optional<LossReason> loss_;
+  std::string loss_detail_;
   // The blocker the watchdog doubted and the tag of its watch, until the
   // listing it asked for is evaluated (invariant 7); any other listing
   // forgets it (relist).

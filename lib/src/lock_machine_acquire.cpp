@@ -202,7 +202,7 @@ void LockMachine::evaluate(Commands& out) {
   const auto blocker = model::nearest_blocker(round_.queue(), round_.self, [](const Entry& e) { return e.node.mode; });
   const auto doubted = std::exchange(doubted_, {});
   if (!blocker) {
-    grant(own_.czxid, out);
+    grant();
     return;
   }
   const bool same = doubted.watch_tag != 0 && round_.queue()[*blocker].node.name == doubted.name;
@@ -260,7 +260,7 @@ void LockMachine::on_blocker_gone(Commands& out) {
     only = j == round_.blocker || !model::blocks(waiter, round_.queue()[j].node.mode);
   }
   if (only) {
-    grant(own_.czxid, out);
+    grant();
     return;
   }
   round_.marker_tag = next_tag();
@@ -282,7 +282,7 @@ void LockMachine::on_marker(const MachineEvent& ev, Commands& out) {
     return;
   }
   if (blocker.mode == Mode::exclusive) {
-    grant(own_.czxid, out);
+    grant();
     return;
   }
   std::vector<std::string> names;
@@ -292,7 +292,7 @@ void LockMachine::on_marker(const MachineEvent& ev, Commands& out) {
     }
   }
   if (names.empty()) {
-    grant(own_.czxid, out);
+    grant();
     return;
   }
   read_stats(StatsFor::candidates, std::move(names), out);
@@ -314,7 +314,7 @@ void LockMachine::on_candidates(const MachineEvent& ev, Commands& out) {
     }
   }
   if (!nearest) {
-    grant(own_.czxid, out);
+    grant();
     return;
   }
   watch_blocker(*nearest, out);

@@ -19,7 +19,7 @@ using Out = MachineOutcome::Kind;
 
 }  // namespace
 
-void LockMachine::on_release(Commands& out) {
+void LockMachine::on_release(const MachineEvent& ev, Commands& out) {
   if (phase_ != Phase::held) return;
   // Our node went away while held and the record is not read yet: the
   // holder still learns that its lease was lost before the release. (Held,
@@ -27,7 +27,7 @@ void LockMachine::on_release(Commands& out) {
   // already.)
   const bool revoked = own_.state == NodeState::gone;
   if (revoked) lose(LossReason::revoked, "node deleted by another client (released before its record was read)", out);
-  const bool keep = cfg_.retain && nobody_queued() && !loss_ && own_.state == NodeState::exists &&
+  const bool keep = cfg_.retain && ev.may_retain && nobody_queued() && !loss_ && own_.state == NodeState::exists &&
                     link_ == Link::up && doubt_ == Doubt::none && duties_.extras.empty();
   if (keep) {
     // Invariant (5): nobody is known to wait, and the children watch will
@@ -69,7 +69,7 @@ void LockMachine::on_own_gone(Commands& out) {
     notice(out, "retained node " + own_.name + " of " + cfg_.lock_path + " was deleted while idle (revoked?)");
     return;
   }
-  if (phase_ != Phase::acquiring && phase_ != Phase::held) return;
+  if (!acquiring() && !granted()) return;
   round_.abandon();
   duties_.drop(Duty::relist);
   read_record(out);
@@ -95,7 +95,7 @@ void LockMachine::on_record(const MachineEvent& ev, Commands& out) {
   } else if (ev.rc == Rc::error) {
     detail = "node deleted by another client (revocation record unreadable: " + ev.detail + ")";
   }
-  if (phase_ == Phase::held) {
+  if (granted()) {
     lose(LossReason::revoked, detail, out);
   } else if (acquiring()) {
     fail(Errc::deadlock_victim, "deadlock victim: our wait for " + cfg_.lock_path + " was revoked; " + detail, out);
@@ -108,7 +108,7 @@ void LockMachine::on_session(const MachineEvent& ev, Commands& out) {
     case Kind::disconnected:
       link_ = Link::down;
       if (phase_ == Phase::retained) end_retention(out);  // no lease: give it up (sent once reconnected)
-      if (phase_ == Phase::held && cfg_.holder.policy == LossPolicy::strict) {
+      if (granted() && cfg_.holder.policy == LossPolicy::strict) {
         lose(LossReason::disconnected, "disconnected from ZooKeeper (strict policy)", out);
       }
       break;
@@ -144,7 +144,7 @@ void LockMachine::replay(Commands& out) {
         if (own_.state == NodeState::exists) watch_own(out);
         break;
       case Duty::read_record:
-        if (acquiring() || phase_ == Phase::held) read_record(out);
+        if (acquiring() || granted()) read_record(out);
         break;
       case Duty::remove:
       case Duty::remove_marked:
@@ -175,6 +175,7 @@ void LockMachine::on_expired(Commands& out) {
   round_.list_tag = 0;
   remove_tag_ = 0;
   switch (phase_) {
+    case Phase::proving:
     case Phase::held:
       lose(LossReason::session_expired, "the ZooKeeper session expired", out);
       break;
@@ -195,8 +196,14 @@ void LockMachine::on_expired(Commands& out) {
 }
 
 void LockMachine::lose(LossReason reason, std::string message, Commands& out) {
+  if (phase_ == Phase::proving) {  // invariant (9): nobody holds a lease yet
+    withdraw(reason == LossReason::revoked ? Errc::deadlock_victim : Errc::session_expired,
+             "granted " + cfg_.lock_path + ", then lost before the session's validity was proven: " + message, out);
+    return;
+  }
   if (loss_ || phase_ != Phase::held) return;  // invariant (2)
   loss_ = reason;
+  loss_detail_ = message;
   // Disconnected: a lease we cannot prove any more; once the same session is
   // back, the lock is given up (granted: with the marker).
   if (link_ != Link::up && own_.state == NodeState::exists) duties_.add(Duty::remove_marked);

@@ -54,7 +54,7 @@ void LockMachine::on_retake(const MachineEvent& ev, Commands& out) {
   } else if (!nobody_queued() || own_.state != NodeState::exists || loss_) {
     void_retake("something changed under the lock since the node was retained", out);
   } else {
-    grant(own_.czxid, out);  // the same node, the next lease ordinal (invariant 8)
+    grant();  // the same node, the next lease ordinal (invariant 8)
   }
 }
 

@@ -69,12 +69,13 @@ struct MachineEvent {
     reconnected,       // the same session is back
     expired,           // the session is over; its ephemeral nodes are gone
     validity_expired,  // disconnected past the client's validity bound
+    validity_proven,   // the session's bound was raised (within_bound says whether it covers now)
     // the shell's clock: the attempt has waited on the same blocker for the
     // waiting watchdog's period (ClientOptions::wait_check), without news
     watchdog,
     // the user
     cancel,   // errc (timeout / cancelled), detail
-    release,  // the lease's release
+    release,  // the lease's release; may_retain
     retake,       // retained: the same owner asks for the lock again; within_bound
     retain_over,  // retained: the retain time ran out, or the retention is given up
   };
@@ -85,10 +86,19 @@ struct MachineEvent {
   std::string detail;                  // rc == error: what failed; cancel: message
   std::string name;                    // created
   std::int64_t czxid = 0;              // created
-  // retake: the session's validity bound is still ahead of the shell's clock
-  // (now < Client::valid_until() on the attempt's session). Time stays out
-  // of the machine: the shell reads the clock, the machine decides.
+  // Every event: the session's validity bound is still ahead of the shell's
+  // clock (now < Client::valid_until() on the attempt's session). Time stays
+  // out of the machine: the shell reads the clock, the machine decides (a
+  // grant is handed out only in a step that says so, invariant 9; a re-take
+  // is local only then, invariant 5).
   bool within_bound = false;
+  // Every event: the session's settings can prove no bound at all; a grant
+  // is handed out anyway (valid() stays false, as documented). Never a re-take.
+  bool no_bound = false;
+  // release: the node may be kept idle (invariant 5) as far as the owner is
+  // concerned: a mutex remains to re-take it, and the owner has no
+  // acquisition under way in this client (lock_attempt.hpp, invariant 6).
+  bool may_retain = false;
   // retake: a listing answered within the waiting watchdog's period (the
   // shell's clock again) confirmed the retained node's existence. Past it,
   // a quiet children watch proves nothing: its notification may be lost.

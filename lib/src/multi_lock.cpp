@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "lock_attempt.hpp"
+#include "lock_front.hpp"
 #include "zklock/path.hpp"
 
 namespace zklock {

@@ -20,7 +20,7 @@ namespace {
 constexpr const char* kHeartbeatPath = "/zklock/heartbeat";
 
 // The heartbeat at the rule's own pace, for a bound that has passed: grants
-// wait for it (lock_attempt.hpp, invariant 7), typically right after a
+// wait for it (lock_machine.hpp, invariant 9), typically right after a
 // reconnect, when the evidence starts over on the new connection. At one
 // write per period the chain i, j, k of validity_rule.hpp takes two periods
 // (j a period after i, k a period after j); the rule itself asks only that j

@@ -14,6 +14,13 @@ using Kind = MachineEvent::Kind;
 using Cmd = MachineOutcome::Kind;
 using Phase = detail::LockMachine::Phase;
 
+namespace {
+
+// Not handed out yet: acquiring, or granted and waiting for its proof.
+bool waiting(const MachineRec& rec) { return rec.m->phase() == Phase::acquiring || rec.m->phase() == Phase::proving; }
+
+}  // namespace
+
 void World::on_outcome(int id, const MachineOutcome& c) {
   auto& rec = machines_[static_cast<std::size_t>(id)];
   auto& a = actors_[static_cast<std::size_t>(rec.actor)];
@@ -28,6 +35,9 @@ void World::on_outcome(int id, const MachineOutcome& c) {
         // told of a waiter (unless a later listing showed it gone).
         if (rec.waiter_told) violate("fairness (7): " + who + " re-took " + rec.held_path + " after its session delivered the watch event showing a waiter");
       }
+      // (8) A lease is handed out only in a step whose clock says the
+      // validity bound covers it (lock_machine.hpp, invariant 9).
+      if (!bound_now_) violate("validity (8): " + who + " handed out a lease while the validity bound had lapsed");
       ++rec.granted;
       rec.release_requested = rec.must_lose = rec.knew_at_release = false;
       rec.held_path = locks_[static_cast<std::size_t>(rec.lock)] + "/" + rec.m->node_name();
@@ -91,7 +101,7 @@ void World::actor_tick(int ai) {
     case Actor::idle: actor_start(ai); return;
     case Actor::acquiring:
       a.cancel_armed = false;
-      if (!a.ms.empty() && machines_[static_cast<std::size_t>(a.ms.back())].m->phase() == Phase::acquiring) {
+      if (!a.ms.empty() && waiting(machines_[static_cast<std::size_t>(a.ms.back())])) {
         MachineEvent ev{Kind::cancel};
         ev.errc = Errc::timeout;
         ev.detail = "timed out (simulated)";
@@ -157,8 +167,12 @@ void World::actor_release(int ai) {
       check_told(id);
       rec.release_requested = true;
       rec.knew_at_release = rec.must_lose && rec.lost == 0 && !rec.m->holding();
-      feed(id, MachineEvent{Kind::release});
-    } else if (!rec.granted && !rec.failed && rec.m->phase() == Phase::acquiring) {
+      // Now and then the owner has another acquisition under way in this
+      // client: the release may not keep the node (lock_attempt.hpp (6)).
+      MachineEvent ev{Kind::release};
+      ev.may_retain = !rng_.chance(50);
+      feed(id, ev);
+    } else if (!rec.granted && !rec.failed && waiting(rec)) {
       MachineEvent ev{Kind::cancel};
       ev.errc = Errc::cancelled;
       ev.detail = "giving up (simulated)";

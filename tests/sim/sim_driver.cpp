@@ -38,7 +38,7 @@ const char* event_name(Kind k) {
   static const char* names[] = {"created", "parents_made", "listed", "stats_read", "blocker_checked", "marker_read",
                                 "own_checked", "record_read", "removed", "blocker_probed", "blocker_deleted",
                                 "own_deleted", "own_changed", "children_changed", "disconnected", "reconnected",
-                                "expired", "validity_expired", "watchdog", "cancel", "release", "retake",
+                                "expired", "validity_expired", "validity_proven", "watchdog", "cancel", "release", "retake",
                                 "retain_over"};
   return names[static_cast<int>(k)];
 }
@@ -99,8 +99,16 @@ int World::start_machine(int actor, int lock, Mode mode) {
   return id;
 }
 
-void World::feed(int id, const MachineEvent& ev) {
+void World::feed(int id, MachineEvent ev) {
   auto& rec = machines_[static_cast<std::size_t>(id)];
+  // The shell's clock against the validity bound (a retake brings its own):
+  // lapsed once disconnected past it until a proof on a connection, and now
+  // and then anyway (a pause, a heartbeat late under load).
+  if (ev.kind != Kind::retake) {
+    for (const auto& s : slots_) {
+      if (s.sid == rec.session) ev.within_bound = !s.validity_sent && !rng_.chance(20);
+    }
+  }
   if (cfg_.trace || cfg_.print_trace) {
     std::string l = "m" + std::to_string(id) + " <- " + event_name(ev.kind);
     if (ev.tag) l += " tag=" + std::to_string(ev.tag);
@@ -112,10 +120,20 @@ void World::feed(int id, const MachineEvent& ev) {
     if (ev.kind == Kind::retake) {
       l += ev.within_bound ? " within_bound" : " bound_lapsed";
       if (!ev.confirmed) l += " unconfirmed";
+    } else if (!ev.within_bound) {
+      l += " bound_lapsed";
     }
     note(l);
   }
+  const bool was_proving = rec.m->phase() == detail::LockMachine::Phase::proving;
+  const bool outer = std::exchange(bound_now_, ev.within_bound || ev.no_bound);
   apply(id, rec.m->step(ev));
+  bound_now_ = outer;
+  if (was_proving) {
+    const auto p = machines_[static_cast<std::size_t>(id)].m->phase();
+    if (p == detail::LockMachine::Phase::held) ++counters_.proved_later;
+    if (p == detail::LockMachine::Phase::failed) ++counters_.withdrawn;
+  }
 }
 
 // Requests first, then outcomes, as the shell does (MachineCommands).

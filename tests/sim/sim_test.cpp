@@ -77,6 +77,8 @@ TEST(Sim, ManySeeds) {
     sum.waiter_notices += r.counters.waiter_notices;
     sum.stale_retakes += r.counters.stale_retakes;
     sum.pinned_refusals += r.counters.pinned_refusals;
+    sum.proved_later += r.counters.proved_later;
+    sum.withdrawn += r.counters.withdrawn;
     sum.dropped_notifications += r.counters.dropped_notifications;
     sum.watchdogs += r.counters.watchdogs;
     sum.probes += r.counters.probes;
@@ -123,6 +125,11 @@ TEST(Sim, ManySeeds) {
               static_cast<unsigned long long>(sum.pinned_refusals),
               static_cast<unsigned long long>(sum.regrants_after_dead_session));
   EXPECT_GT(sum.pinned_refusals, 0U);
+  // Grants that waited for the validity bound's proof (lock_machine.hpp (9)).
+  std::printf("[sim] grants held for the bound's proof and handed out later %llu, withdrawn while waiting %llu\n",
+              static_cast<unsigned long long>(sum.proved_later), static_cast<unsigned long long>(sum.withdrawn));
+  EXPECT_GT(sum.proved_later, 0U);
+  EXPECT_GT(sum.withdrawn, 0U);
   // Blocker deletions whose notification never came: every run settles all
   // the same (the tail's liveness check), through the waiting watchdog.
   std::printf("[sim] blocker deletion notifications dropped %llu, watchdog firings %llu, probes at the leader %llu\n",

@@ -105,7 +105,7 @@ void World::setup() {
 
 namespace {
 enum class Act { deliver, serve, commit, actor, disconnect, reconnect, validity, expire, learn, replace, revoke, reap, retain,
-                 watchdog };
+                 watchdog, prove };
 struct Choice {
   Act act;
   int arg;
@@ -128,6 +128,8 @@ bool World::step_once() {
     if (zk_.can_deliver(s.sid)) add(Act::deliver, i, 40);
     if (zk_.can_serve(s.sid)) add(Act::serve, i, 30);
     if (s.state == Slot::replacing) add(Act::replace, i, 20);
+    // Evidence on a new connection raises the bound again (validity_proven).
+    if (s.state == Slot::connected && s.validity_sent) add(Act::prove, i, 20);
     if (tail_) continue;
     if (s.state == Slot::connected) add(Act::disconnect, i, w_fault_);
     if (s.state == Slot::disconnected) {
@@ -156,6 +158,12 @@ bool World::step_once() {
     // The shell's waiting watchdog, for an actor that waits (its machines
     // ignore it unless they wait on a blocker); rare next to a hand-off.
     if (ac.state == Actor::acquiring && cfg_.drop_notifications != 0) add(Act::watchdog, a, 1);
+    // A grant waiting for its proof after a lapse the clock saw while
+    // connected: the next heartbeat proves the bound again.
+    if (ac.state == Actor::acquiring && !ac.ms.empty() &&
+        machines_[static_cast<std::size_t>(ac.ms.back())].m->phase() == detail::LockMachine::Phase::proving) {
+      add(Act::prove, ac.slot, 10);
+    }
   }
   if (!tail_) {
     add(Act::revoke, 0, w_fault_ / 2);
@@ -189,6 +197,10 @@ bool World::step_once() {
     case Act::revoke: revoke(); break;
     case Act::reap: reap(); break;
     case Act::retain: retain_deadline(c.arg); break;
+    case Act::prove:
+      if (slot.state == Slot::connected) slot.validity_sent = false;
+      session_event(c.arg, Kind::validity_proven);
+      break;
     case Act::watchdog: {
       ++counters_.watchdogs;
       const auto ms = actors_[static_cast<std::size_t>(c.arg)].ms;  // feed() may start more

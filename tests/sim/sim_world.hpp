@@ -58,6 +58,9 @@ struct SimCounters {
   std::uint64_t quiet_losses = 0;  // releases of a deleted node with the session quiet (check_told judged)
   std::uint64_t retains = 0, retakes = 0, retakes_void = 0;  // releases kept idle; re-takes granted / voided
   std::uint64_t pinned_refusals = 0;  // requests of a session already over, refused before they were sent
+  // Invariant (9) of lock_machine.hpp: grants that waited in `proving` and
+  // were handed out later; and those withdrawn (cancelled or lost) there.
+  std::uint64_t proved_later = 0, withdrawn = 0;
   std::uint64_t dropped_notifications = 0, watchdogs = 0, probes = 0;  // the waiting watchdog (lock_machine.hpp (7))
   // A retainer asked while its session was over, then was granted on a new one.
   std::uint64_t regrants_after_dead_session = 0;
@@ -184,7 +187,7 @@ class World {
   void note(const std::string& line);
   // sim_driver.cpp
   int start_machine(int actor, int lock, Mode mode);
-  void feed(int machine, const detail::MachineEvent& ev);
+  void feed(int machine, detail::MachineEvent ev);  // with the shell's clock: within_bound
   void apply(int machine, const detail::MachineCommands& cmds);
   void execute(int machine, const detail::MachineRequest& c);
   void submit(int machine, Request req, Route route);
@@ -223,6 +226,7 @@ class World {
   std::deque<std::pair<std::uint64_t, Zrc>> local_;  // answers the client gives itself
   std::uint64_t next_cookie_ = 0, now_ = 0;
   bool tail_ = false;
+  bool bound_now_ = false;  // the event being fed says the bound covers now (checked at each hand-out)
   // the run's shape (from the seed)
   std::uint32_t w_commit_ = 10, w_fault_ = 10, hold_max_ = 50, validity_after_ = 20;
   // grant history per lock, for the token invariant

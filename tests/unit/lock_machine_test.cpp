@@ -20,9 +20,11 @@
 //
 // Inputs: `> start`, `> state` (prints the machine's phase and flags), and
 // `> <event kind> key=value ...` with the keys tag, epoch (default: the
-// config's), rc, name, czxid, bound=held|lapsed (retake: the validity bound;
-// held unless said), children=a,b  stats=ok:5,no_node
-// data, errc, detail. Values with spaces go in double or single quotes. An
+// config's), rc, name, czxid, bound=held|lapsed|none (the shell's clock
+// against the validity bound, on every event; none: the settings prove no
+// bound; held unless said), confirmed=recent|stale (retake), owner=idle|busy
+// (release: may the node be kept idle; idle unless said), children=a,b
+// stats=ok:5,no_node data, errc, detail. Values with spaces go in double or single quotes. An
 // input with no command prints `(nothing)`.
 //
 // Node names are short: <mode>_<who>_<sequence>, say w_us0_5. `usN` is the
@@ -91,6 +93,7 @@ const std::vector<std::pair<Kind, std::string>>& event_names() {
       {Kind::reconnected, "reconnected"},
       {Kind::expired, "expired"},
       {Kind::validity_expired, "validity_expired"},
+      {Kind::validity_proven, "validity_proven"},
       {Kind::watchdog, "watchdog"},
       {Kind::cancel, "cancel"},
       {Kind::release, "release"},
@@ -304,8 +307,9 @@ MachineEvent parse_event(const std::string& text, const MachineConfig& cfg, Name
   if (it == kinds.end()) throw std::runtime_error("unknown event '" + head + "'");
   MachineEvent ev{it->first};
   ev.epoch = cfg.epoch;
-  ev.within_bound = true;  // a retake inside the bound unless bound=lapsed
-  ev.confirmed = true;     // and with the node confirmed recently unless confirmed=stale
+  ev.within_bound = true;  // every event inside the bound unless bound=lapsed (or none)
+  ev.confirmed = true;     // a retake with the node confirmed recently unless confirmed=stale
+  ev.may_retain = true;    // a release by an owner with nothing else under way unless owner=busy
   for (const auto& [k, v] : args) {
     if (k == "tag") {
       ev.tag = static_cast<std::uint64_t>(parse_int(v));
@@ -318,8 +322,12 @@ MachineEvent parse_event(const std::string& text, const MachineConfig& cfg, Name
     } else if (k == "czxid") {
       ev.czxid = parse_int(v);
     } else if (k == "bound") {
-      if (v != "held" && v != "lapsed") throw std::runtime_error("bound=held|lapsed, not '" + v + "'");
+      if (v != "held" && v != "lapsed" && v != "none") throw std::runtime_error("bound=held|lapsed|none, not '" + v + "'");
       ev.within_bound = v == "held";
+      ev.no_bound = v == "none";  // the session's settings prove no bound
+    } else if (k == "owner") {
+      if (v != "idle" && v != "busy") throw std::runtime_error("owner=idle|busy, not '" + v + "'");
+      ev.may_retain = v == "idle";
     } else if (k == "confirmed") {
       if (v != "recent" && v != "stale") throw std::runtime_error("confirmed=recent|stale, not '" + v + "'");
       ev.confirmed = v == "recent";
@@ -397,6 +405,7 @@ const char* phase_name(LockMachine::Phase p) {
   switch (p) {
     case P::idle: return "idle";
     case P::acquiring: return "acquiring";
+    case P::proving: return "proving";
     case P::held: return "held";
     case P::releasing: return "releasing";
     case P::retained: return "retained";
