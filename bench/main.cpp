@@ -34,6 +34,7 @@ namespace {
 
 const std::vector<std::string> kScenarios = {"uncontended", "ops",     "contended", "drain",
                                              "pipelined",   "handoff", "fence",     "detector",
+                                             "detector-scan",
                                              "retained",    "services", "platform",
                                              "restart"};
 
@@ -46,6 +47,7 @@ zb::Figures run_scenario(const std::string& name, const zb::Env& env, const zb::
   if (name == "handoff") return zb::handoff(env, s);
   if (name == "fence") return zb::fence_gate(env, s);
   if (name == "detector") return zb::detector_at_scale(env, s);
+  if (name == "detector-scan") return zb::detector_scan(env, s);
   if (name == "retained") return zb::retained(env, s);
   if (name == "services") return zb::services(env, s);
   if (name == "platform") return zb::platform(env, s);
@@ -144,7 +146,7 @@ int main(int argc, char** argv) {
   app.add_option("--connect", connect, "use this server (host:port, mntr allowed) instead of starting one");
   int server_pid = 0;
   app.add_option("--server-pid", server_pid, "with --connect: the server's process, for its CPU time (platform)");
-  app.add_option("--only", only, "comma-separated scenarios: uncontended,ops,contended,drain,pipelined,handoff,fence,detector,retained,services,platform,restart");
+  app.add_option("--only", only, "comma-separated scenarios: uncontended,ops,contended,drain,pipelined,handoff,fence,detector,detector-scan,retained,services,platform,restart");
   app.add_option("--json", json_file, "write the results as JSON to this file");
   app.add_option("--drain", drain_sizes, "drain queue sizes (default 100 1000 5000)")->delimiter(',');
   app.add_option("--detector-dirs", det_dirs, "detector: directories (default 100)");
