@@ -151,6 +151,7 @@ Figures detector_at_scale(const Env& env, const Sizes& s) {
   const double load_s = seconds(Clock::now() - t0);
   const double rss_loaded = rss_mb();
   const auto load_ops = daemon.mirror().stats().ops_issued;
+  const auto mirrored_paths = daemon.mirror().stats().dirs;  // lock paths and the directories above them
   env.log("detector: mirror loaded " + std::to_string(daemon.mirror().stats().nodes) + " nodes in " +
           std::to_string(load_s) + " s");
 
@@ -208,6 +209,8 @@ Figures detector_at_scale(const Env& env, const Sizes& s) {
       {sc, "steady scan max", "ms", *std::max_element(scan_ms.begin(), scan_ms.end()), kNone, {}},
       {sc, "detection latency (min-wait 500 ms)", "ms", latency_ms, kNone, {}},
       {sc, "RSS growth from load (detector's share)", "MB", rss_loaded - rss0, kNone, Target::value_le(200)},
+      {sc, "RSS growth per mirrored path", "B", (rss_loaded - rss0) * 1024 * 1024 / double(mirrored_paths), kNone,
+       Target::value_le(1536)},
       {sc, "RSS after load (whole bench process)", "MB", rss_loaded, kNone, {}},
       {sc, "RSS after scans", "MB", rss_peak, kNone, {}},
       {sc, "mirror ZooKeeper ops per idle scan", "", double(mirror_ops) / scans, kNone, Target::value_le(0)},
