@@ -48,6 +48,7 @@ struct Sizes {
   int detector_locks_per_dir = 500;
   int detector_waiters = 1000;
   int detector_cycles = 10;
+  int detector_inflight = 0;  // the mirror's reads outstanding; 0: the detector's default
   int detector_scan_contended = 100;  // detector-scan: queues with a holder and a waiter
   // Restart at scale (restart.cpp): lock dirs, one held node each.
   int restart_dirs = 100000;
