@@ -15,6 +15,7 @@
 
 #include "detector/daemon.hpp"
 #include "floor.hpp"
+#include "platform_parts.hpp"
 #include "scenarios.hpp"
 #include "zklock/protocol/node_data.hpp"
 #include "zklock/protocol/node_name.hpp"
@@ -136,11 +137,13 @@ Figures detector_at_scale(const Env& env, const Sizes& s) {
   cfg.session_timeout = milliseconds(30'000);
   cfg.min_wait = milliseconds(500);
   cfg.resync_interval = std::chrono::hours(1);
+  if (s.detector_inflight > 0) cfg.mirror_max_inflight = static_cast<std::size_t>(s.detector_inflight);
   cfg.dry_run = true;  // report, never revoke: the planted cycles stay for every scan
   cfg.id = "zklock-bench";
   cfg.log = spdlog::default_logger();
 
   const double rss0 = rss_mb();
+  const double cpu0 = process_cpu_seconds(), server_cpu0 = env.server_pid ? proc_cpu_seconds(env.server_pid) : kNone;
   const auto t0 = Clock::now();
   detector::Daemon daemon(cfg);
   const auto load_deadline = Clock::now() + milliseconds(600'000);
@@ -149,8 +152,12 @@ Figures detector_at_scale(const Env& env, const Sizes& s) {
     std::this_thread::sleep_for(milliseconds(5));
   }
   const double load_s = seconds(Clock::now() - t0);
+  const double load_cpu = process_cpu_seconds() - cpu0;
+  const double load_server_cpu = env.server_pid ? proc_cpu_seconds(env.server_pid) - server_cpu0 : kNone;
+  const auto sessions = daemon.mirror().stats().session_watch_bytes.size();
   const double rss_loaded = rss_mb();
   const auto load_ops = daemon.mirror().stats().ops_issued;
+  const auto mirrored_paths = daemon.mirror().stats().dirs;  // lock paths and the directories above them
   env.log("detector: mirror loaded " + std::to_string(daemon.mirror().stats().nodes) + " nodes in " +
           std::to_string(load_s) + " s");
 
@@ -204,10 +211,15 @@ Figures detector_at_scale(const Env& env, const Sizes& s) {
   return {
       {sc, "mirror load time", "s", load_s, kNone, {}},
       {sc, "mirror load reads", "", double(load_ops), kNone, {}},
+      {sc, "mirror load: bench process CPU (detector + planter)", "s", load_cpu, kNone, {}},
+      {sc, "mirror load: server CPU", "s", load_server_cpu, kNone, {}},
+      {sc, "mirror sessions after load", "", double(sessions), kNone, {}},
       {sc, "steady scan p50", "ms", median(scan_ms), kNone, Target::value_le(200)},
       {sc, "steady scan max", "ms", *std::max_element(scan_ms.begin(), scan_ms.end()), kNone, {}},
       {sc, "detection latency (min-wait 500 ms)", "ms", latency_ms, kNone, {}},
       {sc, "RSS growth from load (detector's share)", "MB", rss_loaded - rss0, kNone, Target::value_le(200)},
+      {sc, "RSS growth per mirrored path", "B", (rss_loaded - rss0) * 1024 * 1024 / double(mirrored_paths), kNone,
+       Target::value_le(1536)},
       {sc, "RSS after load (whole bench process)", "MB", rss_loaded, kNone, {}},
       {sc, "RSS after scans", "MB", rss_peak, kNone, {}},
       {sc, "mirror ZooKeeper ops per idle scan", "", double(mirror_ops) / scans, kNone, Target::value_le(0)},

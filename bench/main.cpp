@@ -34,6 +34,7 @@ namespace {
 
 const std::vector<std::string> kScenarios = {"uncontended", "ops",     "contended", "drain",
                                              "pipelined",   "handoff", "fence",     "detector",
+                                             "detector-scan",
                                              "retained",    "services", "platform",
                                              "restart"};
 
@@ -46,6 +47,7 @@ zb::Figures run_scenario(const std::string& name, const zb::Env& env, const zb::
   if (name == "handoff") return zb::handoff(env, s);
   if (name == "fence") return zb::fence_gate(env, s);
   if (name == "detector") return zb::detector_at_scale(env, s);
+  if (name == "detector-scan") return zb::detector_scan(env, s);
   if (name == "retained") return zb::retained(env, s);
   if (name == "services") return zb::services(env, s);
   if (name == "platform") return zb::platform(env, s);
@@ -138,18 +140,19 @@ int main(int argc, char** argv) {
   int runs = 0;
   std::string connect, json_file, only;
   std::vector<int> drain_sizes;
-  int det_dirs = 0, det_locks = 0, det_waiters = -1;
+  int det_dirs = 0, det_locks = 0, det_waiters = -1, det_inflight = 0;
   app.add_flag("--quick", quick, "small counts, one run (CI: keeps the tool from rotting)");
   app.add_option("--runs", runs, "runs per scenario; medians are reported (default 3, --quick 1)");
   app.add_option("--connect", connect, "use this server (host:port, mntr allowed) instead of starting one");
   int server_pid = 0;
   app.add_option("--server-pid", server_pid, "with --connect: the server's process, for its CPU time (platform)");
-  app.add_option("--only", only, "comma-separated scenarios: uncontended,ops,contended,drain,pipelined,handoff,fence,detector,retained,services,platform,restart");
+  app.add_option("--only", only, "comma-separated scenarios: uncontended,ops,contended,drain,pipelined,handoff,fence,detector,detector-scan,retained,services,platform,restart");
   app.add_option("--json", json_file, "write the results as JSON to this file");
   app.add_option("--drain", drain_sizes, "drain queue sizes (default 100 1000 5000)")->delimiter(',');
   app.add_option("--detector-dirs", det_dirs, "detector: directories (default 100)");
   app.add_option("--detector-locks-per-dir", det_locks, "detector: held locks per directory (default 500)");
   app.add_option("--detector-waiters", det_waiters, "detector: waiting nodes (default 1000)");
+  app.add_option("--detector-inflight", det_inflight, "detector: the mirror's reads outstanding (default: the detector's, 256)");
   int restart_dirs = 0;
   app.add_option("--restart-dirs", restart_dirs, "restart: lock dirs, one held node each (default 100000)");
   app.add_flag("-v,--verbose", verbose, "log zklock and detector info messages");
@@ -166,6 +169,7 @@ int main(int argc, char** argv) {
     if (det_dirs > 0) sizes.detector_dirs = det_dirs;
     if (det_locks > 0) sizes.detector_locks_per_dir = det_locks;
     if (det_waiters >= 0) sizes.detector_waiters = det_waiters;
+    if (det_inflight > 0) sizes.detector_inflight = det_inflight;
     if (restart_dirs > 0) sizes.restart_dirs = restart_dirs;
     if (runs <= 0) runs = quick ? 1 : 3;
     std::vector<std::string> selected;

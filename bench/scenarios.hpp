@@ -48,6 +48,8 @@ struct Sizes {
   int detector_locks_per_dir = 500;
   int detector_waiters = 1000;
   int detector_cycles = 10;
+  int detector_inflight = 0;  // the mirror's reads outstanding; 0: the detector's default
+  int detector_scan_contended = 100;  // detector-scan: queues with a holder and a waiter
   // Restart at scale (restart.cpp): lock dirs, one held node each.
   int restart_dirs = 100000;
   // Retained leases (retained.cpp): local re-takes of one lock, then `services`.
@@ -68,6 +70,7 @@ Figures handoff(const Env& env, const Sizes& s);            // contended.cpp
 Figures op_costs(const Env& env, const Sizes& s);           // op_costs.cpp
 Figures fence_gate(const Env& env, const Sizes& s);         // fence_gate.cpp
 Figures detector_at_scale(const Env& env, const Sizes& s);  // detector_scale.cpp
+Figures detector_scan(const Env& env, const Sizes& s);      // detector_scan.cpp (no server)
 Figures retained(const Env& env, const Sizes& s);           // retained.cpp
 Figures services(const Env& env, const Sizes& s);           // retained.cpp
 Figures platform(const Env& env, const Sizes& s);           // platform.cpp

@@ -54,7 +54,7 @@ MirrorStats Mirror::stats() const {
   std::lock_guard lock(core_->mu);
   auto s = core_->stats;
   s.dirs = core_->dirs.size();
-  s.nodes = core_->nodes.size();
+  s.nodes = core_->index.node_count();
   s.pending = core_->queue.size() + core_->inflight + core_->parked.size();
   for (const auto& session : core_->sessions) s.session_watch_bytes.push_back(session->bytes);
   return s;

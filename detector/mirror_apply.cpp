@@ -1,5 +1,7 @@
 // Applying the mirror's replies: a directory's listing (diffed against what
 // the mirror had) and a lock node's read.
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "detector/mirror_core.hpp"
@@ -7,14 +9,22 @@
 
 namespace zklock::detector {
 
-// The one way a lock node leaves the mirror (keeps `index` in step).
-void Mirror::Core::erase_node(const std::string& dir, const std::string& name) {
-  nodes.erase(child_path(dir, name));
-  index.erase(dir, name);
+Mirror::Core::NodeState* Mirror::Core::Dir::lock(const std::string& name) {
+  auto it = std::lower_bound(locks.begin(), locks.end(), name,
+                             [](const auto& e, const std::string& n) { return e.first < n; });
+  return it != locks.end() && it->first == name ? &it->second : nullptr;
 }
 
+bool Mirror::Core::Dir::has_subdir(const std::string& name) const {
+  return std::binary_search(subdirs.begin(), subdirs.end(), name);
+}
+
+// The one way a lock node leaves the index (its Dir's `locks` entry goes
+// with it, in the caller).
+void Mirror::Core::erase_node(const std::string& dir, const std::string& name) { index.erase(dir, name); }
+
 void Mirror::Core::drop_content(const std::string& path, Dir& d) {
-  for (const auto& name : d.locks) erase_node(path, name);
+  for (const auto& [name, _] : d.locks) erase_node(path, name);
   for (const auto& name : d.subdirs) forget_subtree(child_path(path, name));
   d.locks.clear();
   d.subdirs.clear();
@@ -82,16 +92,19 @@ void Mirror::Core::apply_list(const Work& w, Status s, const std::vector<std::st
 // A new lock node enters the index from its name alone; invariant (4) then
 // decides whether it (and the rest of its queue) is read.
 void Mirror::Core::apply_children(const std::string& path, Dir& d, const std::vector<std::string>& children) {
-  std::set<std::string> locks, subdirs;
+  decltype(d.locks) locks;
+  decltype(d.subdirs) subdirs;
   for (const auto& name : children) {
     if (auto q = model::queue_node_from_name(name)) {
-      locks.insert(name);
-      if (d.locks.count(name)) continue;
-      if (nodes.try_emplace(child_path(path, name), Node{path}).second) index.insert(path, std::move(*q));
+      if (const auto* had = d.lock(name)) {
+        locks.emplace_back(name, *had);
+      } else if (index.insert(path, std::move(*q))) {
+        locks.emplace_back(name, NodeState{});
+      }
       continue;
     }
-    if (d.subdirs.count(name)) {
-      subdirs.insert(name);
+    if (d.has_subdir(name)) {
+      subdirs.push_back(name);
       continue;
     }
     if (d.depth + 1 > opt.max_depth) {
@@ -100,17 +113,21 @@ void Mirror::Core::apply_children(const std::string& path, Dir& d, const std::ve
                 opt.max_depth);
       continue;
     }
-    subdirs.insert(name);
+    subdirs.push_back(name);
     const auto full = child_path(path, name);
     auto& sub = dirs[full];
     sub.depth = d.depth + 1;
     enqueue_list(full, sub);
   }
-  for (const auto& name : d.locks) {
-    if (!locks.count(name)) erase_node(path, name);
+  std::sort(locks.begin(), locks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(subdirs.begin(), subdirs.end());
+  for (const auto& [name, _] : d.locks) {
+    auto it = std::lower_bound(locks.begin(), locks.end(), name,
+                               [](const auto& e, const std::string& n) { return e.first < n; });
+    if (it == locks.end() || it->first != name) erase_node(path, name);
   }
   for (const auto& name : d.subdirs) {
-    if (!subdirs.count(name)) forget_subtree(child_path(path, name));
+    if (!std::binary_search(subdirs.begin(), subdirs.end(), name)) forget_subtree(child_path(path, name));
   }
   d.locks = std::move(locks);
   d.subdirs = std::move(subdirs);
@@ -119,12 +136,9 @@ void Mirror::Core::apply_children(const std::string& path, Dir& d, const std::ve
 
 // Invariant (4): a queue of two or more nodes has every node read or being
 // read. A lone queue costs its listing only.
-void Mirror::Core::read_contended(const std::string& path, const Dir& d) {
+void Mirror::Core::read_contended(const std::string& path, Dir& d) {
   if (d.locks.size() < 2) return;
-  for (const auto& name : d.locks) {
-    const auto full = child_path(path, name);
-    if (auto it = nodes.find(full); it != nodes.end()) enqueue_get(full, it->second, d);
-  }
+  for (auto& [name, n] : d.locks) enqueue_get(child_path(path, name), n, d);
 }
 
 void Mirror::Core::on_get(const Work& w, Status s, const std::string& data, const Stat& st) {
@@ -133,34 +147,34 @@ void Mirror::Core::on_get(const Work& w, Status s, const std::string& data, cons
     std::lock_guard lock(mu);
     --inflight;
     if (current(w)) {
-      auto it = nodes.find(w.path);
-      if (it != nodes.end()) {
-        Node& n = it->second;
+      auto [lock_path, name] = split(w.path);
+      auto dir = dirs.find(lock_path);
+      NodeState* found = dir != dirs.end() ? dir->second.lock(name) : nullptr;
+      if (found) {
+        NodeState& n = *found;
         n.reading = false;
-        const auto name = child_name(n.lock, w.path);
         if (s.ok()) {
           n.have_stat = true;
           auto decoded = protocol::decode_node_data(data);
           if (decoded && protocol::owner_key(decoded->owner) == protocol::parse_lock_node_name(name)->owner_key) {
-            index.set_read(n.lock, name, st.czxid, st.ctime, std::move(decoded->owner), decoded->priority,
+            index.set_read(lock_path, name, st.czxid, st.ctime, std::move(decoded->owner), decoded->priority,
                            decoded->gives_up_after_ms);
           } else {
-            index.set_read(n.lock, name, st.czxid, st.ctime, {}, 0);
+            index.set_read(lock_path, name, st.czxid, st.ctime, {}, 0);
             ++stats.bad_data;
             log->warn("mirror: {}: node data ({} bytes) is malformed, oversized or names another owner; "
                       "owner taken from the node name",
                       w.path, data.size());
           }
           if (opt.on_node_added) {
-            notify = [cb = opt.on_node_added, lock_path = n.lock, ctime = st.ctime] { cb(lock_path, ctime); };
+            notify = [cb = opt.on_node_added, lock = lock_path, ctime = st.ctime] { cb(lock, ctime); };
           }
         } else if (s.is(Errc::no_node)) {
           // Gone before its read: its Dir's watch reports it too.
-          const auto lock_path = n.lock;
-          if (auto d = dirs.find(lock_path); d != dirs.end()) d->second.locks.erase(name);
+          std::erase_if(dir->second.locks, [&](const auto& e) { return e.first == name; });
           erase_node(lock_path, name);
         } else {
-          sessions[w.session]->retry.push_back(n.lock);  // its listing reads it again
+          sessions[w.session]->retry.push_back(lock_path);  // its listing reads it again
           log->debug("mirror: reading {} failed: {}; retried at the next listing of its lock path", w.path,
                      errc_name(s.code()));
         }

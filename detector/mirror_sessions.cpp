@@ -119,9 +119,7 @@ void Mirror::Core::on_connected(std::uint32_t index) {
     for (auto& [path, d] : dirs) {
       if (d.session != index) continue;
       d.watch_armed = d.listing = d.relist = false;
-      for (const auto& name : d.locks) {
-        if (auto n = nodes.find(child_path(path, name)); n != nodes.end()) n->second.reading = false;
-      }
+      for (auto& [name, n] : d.locks) n.reading = false;
       enqueue_list(path, d);
       ++relisted;
     }

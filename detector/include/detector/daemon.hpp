@@ -72,6 +72,9 @@ struct DetectorConfig {
   // first time after min(10 s, prune_interval)).
   std::chrono::milliseconds prune_interval{60000};
   std::size_t max_children = 100'000;
+  // The mirror's reads outstanding at once, over all its sessions
+  // (MirrorOptions::max_inflight).
+  std::size_t mirror_max_inflight = MirrorOptions{}.max_inflight;
   // Watched bytes per ZooKeeper session (ClientOptions::watch_budget_bytes):
   // the mirror opens more sessions rather than exceed it.
   std::size_t watch_budget_bytes = ClientOptions{}.watch_budget_bytes;

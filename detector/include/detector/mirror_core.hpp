@@ -28,12 +28,11 @@ using Clock = std::chrono::steady_clock;
 struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
   // Invariants (under mu):
   //  (1) every Dir in `dirs` is the root or a descendant of a listed Dir;
-  //  (2) every Node's lock is a Dir whose `locks` names it, and `index` holds
-  //      one QueueNode per Node, under (Node::lock, child name), so a scan
-  //      reads the index alone;
+  //  (2) `index` holds one node per entry of a Dir's `locks`, under (the
+  //      Dir's path, child name), so a scan reads the index alone;
   //  (3) `listing` is true exactly while a list of that Dir is queued, in
   //      flight or parked, `reading` exactly while a get of that Node is
-  //      queued or in flight;
+  //      queued or in flight (NodeState::reading);
   //  (4) a Node is read (its get issued) only while its Dir has two or more
   //      lock nodes: a node alone in its queue holds and blocks nobody, so
   //      its index entry carries only what its name says (owner key, mode,
@@ -52,15 +51,27 @@ struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
   //      released when that watch fires (or the session is replaced). It
   //      stays within the budget, except for a session's first Dir.
   static constexpr std::uint32_t kNoSession = ~std::uint32_t{0};
+  // A lock node's read, kept beside its name in its Dir: the node's path is
+  // the Dir's path and the name, and is not stored again.
+  struct NodeState {
+    bool have_stat = false;
+    bool reading = false;
+  };
+  // A mirrored znode. Nearly every Dir is a lock path with one lock node
+  // and no subdirectory, so its children are kept in sorted vectors (no
+  // tree node per child).
   struct Dir {
-    std::size_t depth = 0;
+    std::uint32_t depth = 0;
+    std::uint32_t session = kNoSession;  // invariant (5)
     bool watch_armed = false;
     bool listing = false;
     bool relist = false;  // a watch fired while a list was in flight
     bool skipped = false;
-    std::uint32_t session = kNoSession;  // invariant (5)
-    std::set<std::string> locks;    // child names that are lock nodes
-    std::set<std::string> subdirs;  // child names that are directories
+    std::vector<std::pair<std::string, NodeState>> locks;  // lock nodes' child names, sorted
+    std::vector<std::string> subdirs;                       // directories' child names, sorted
+
+    NodeState* lock(const std::string& name);  // null when absent
+    bool has_subdir(const std::string& name) const;
   };
   // One ZooKeeper session the mirror watches through: sessions[0] is the
   // Client the Mirror was given, the others the Mirror opened.
@@ -76,11 +87,6 @@ struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
     // again when the session reconnects (their watch was not set). At most
     // one entry per failed read.
     std::vector<std::string> retry;
-  };
-  struct Node {
-    std::string lock;
-    bool have_stat = false;
-    bool reading = false;
   };
   struct Work {
     enum Kind { list, get, watch_root } kind;
@@ -117,7 +123,6 @@ struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
   std::size_t issuing = 0;                 // GUARDED_BY(mu): pumps issuing a batch
   bool root_watch_armed = false;           // GUARDED_BY(mu)
   std::map<std::string, Dir> dirs;         // GUARDED_BY(mu)
-  std::map<std::string, Node> nodes;       // GUARDED_BY(mu), by full path
   model::LockIndex index;                  // GUARDED_BY(mu): the nodes' queues
   std::deque<Work> queue;                  // GUARDED_BY(mu)
   std::size_t inflight = 0;                // GUARDED_BY(mu)
@@ -129,13 +134,15 @@ struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
   static std::string child_path(const std::string& dir, const std::string& name) {
     return dir == "/" ? "/" + name : dir + "/" + name;
   }
-  static std::string child_name(const std::string& dir, const std::string& path) {
-    return path.substr(dir == "/" ? 1 : dir.size() + 1);
+  // "/a/b/n" -> {"/a/b", "n"}; "/n" -> {"/", "n"}.
+  static std::pair<std::string, std::string> split(const std::string& path) {
+    const auto slash = path.rfind('/');
+    return {slash == 0 ? std::string("/") : path.substr(0, slash), path.substr(slash + 1)};
   }
 
   // --- under mu (mirror_core.cpp) ---
   void enqueue_list(const std::string& path, Dir& d);
-  void enqueue_get(const std::string& path, Node& n, const Dir& d);
+  void enqueue_get(const std::string& path, NodeState& n, const Dir& d);
   bool idle_locked() const { return queue.empty() && inflight == 0 && parked.empty(); }
   bool current(const Work& w) const { return !stopped && w.generation == sessions[w.session]->generation; }
   std::vector<Work> take_work();
@@ -153,10 +160,11 @@ struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
   void forget_subtree(const std::string& path);
   void apply_list(const Work& w, Status s, const std::vector<std::string>& children);
   void apply_children(const std::string& path, Dir& d, const std::vector<std::string>& children);
-  void read_contended(const std::string& path, const Dir& d);
+  void read_contended(const std::string& path, Dir& d);
 
   // --- without mu: callbacks and entry points ---
   void pump();
+  static void give_back_free_memory();  // after a load: see mirror_core.cpp
   void issue(Work w);
   void on_dir_watch(const std::string& path, std::uint32_t session, std::uint64_t gen);
   void on_root_watch(std::uint32_t session, std::uint64_t gen);

@@ -16,19 +16,28 @@
 //   - which lone queues the key holds, because victim policies count every
 //     node an owner holds and `--mode all` deletes them.
 //
-// All of it is maintained on every insert/update/erase (O(log n) each), so
-// snapshot() copies only the contended queues and the facts of the keys in
-// them. analyze_snapshot() over that snapshot finds exactly the waits, cycles
-// and counts analyze_queues() finds over queues() (tests/unit/lock_index_test.cpp).
+// All of it is maintained on every insert/update/erase (O(log L + log K + q)
+// each, for L lock paths, K owner keys and the q nodes of the queue
+// touched), so snapshot() copies only the contended queues and the facts of
+// the keys in them. analyze_snapshot() over that snapshot finds exactly the
+// waits, cycles and counts analyze_queues() finds over queues()
+// (tests/unit/lock_index_test.cpp, lock_index_rebuild_test.cpp).
+//
+// Memory: a lock path is stored once (the contended set and the per-key
+// sets view it), a node's name once (its owner key is a range of it), and
+// a lone queue is a one-element vector: about 600 bytes per lock path held
+// alone by an owner of its own (bench `detector-scan`).
 //
 // Thread-safety: a value type; the owner (the Mirror) serialises access.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -46,7 +55,9 @@ struct LoneNode {
 class LockIndex {
  public:
   // Adds `node` to the queue of `lock`; false (and no change) when a node of
-  // that name is already there.
+  // that name is already there, or when the node's owner key is not part of
+  // its name within its first 255 characters (every name
+  // queue_node_from_name() accepts has it at the start).
   bool insert(const std::string& lock, QueueNode node);
   // The node's read completed: its stat, and the owner, priority and stated
   // timeout from its data (owner empty and timeout 0 when the data did not
@@ -67,24 +78,49 @@ class LockIndex {
   std::vector<LockQueue> queues() const;
 
  private:
-  struct KeyState {
-    std::size_t nodes = 0;                      // nodes with this key
-    std::map<std::string, std::size_t> owners;  // valid owner id from data -> nodes naming it
-    std::set<std::string> lone;                 // lock paths whose only node has this key
-  };
-  using Queue = std::map<std::string, QueueNode>;  // by child name
+  // A node as the index keeps it: its name, what the name says (the owner
+  // key as a range of the name, so it is not stored twice), and what its
+  // read gave (empty and 0 until read). A QueueNode is made from it only
+  // for a snapshot, that is for the nodes of contended queues.
+  struct Slot {
+    std::string name;
+    std::string owner;
+    std::int64_t czxid = 0, ctime_ms = 0, gives_up_after_ms = 0;
+    std::int32_t sequence = 0, priority = 0;
+    Mode mode = Mode::exclusive;
+    std::uint8_t key_at = 0, key_len = 0;  // name.substr(key_at, key_len) is the owner key
 
+    std::string_view key() const noexcept { return std::string_view(name).substr(key_at, key_len); }
+    QueueNode node() const;
+  };
+  // A queue's nodes in no particular order: a vector, since nearly every
+  // queue has one node and few have more than a handful.
+  using Queue = std::vector<Slot>;
+  struct KeyState {
+    std::size_t nodes = 0;  // nodes with this key
+    // valid owner id from data -> nodes naming it; sorted by id, nearly
+    // always one entry (an id hashes to the key) or none (nothing read).
+    std::vector<std::pair<std::string, std::size_t>> owners;
+    std::set<std::string_view> lone;  // lock paths (views of queues_' keys) whose only node has this key
+  };
+
+  static Queue::iterator find(Queue& q, std::string_view name);
   void mark_lone(const std::string& lock, const Queue& q, bool lone);
-  void count_owner(const QueueNode& n, int delta);
+  void count_owner(const Slot& n, int delta);
 
   // Invariants: no queue is empty; `contended_` holds exactly the queues
   // with >= 2 nodes; keys_[k].lone holds exactly the queues of size 1 whose
   // node has key k; keys_[k] exists exactly while some node has key k.
-  // contended_ points into queues_ (std::map nodes do not move), so a
-  // snapshot does not look each contended queue up by its long path again.
-  std::map<std::string, Queue> queues_;  // by lock path
-  std::map<std::string, const Queue*> contended_;
-  std::unordered_map<std::string, KeyState> keys_;
+  // contended_ and the lone sets view the keys of queues_ and contended_
+  // points at its values (std::map nodes do not move), so a lock path is
+  // stored once and a snapshot does not look each contended queue up again.
+  std::map<std::string, Queue, std::less<>> queues_;  // by lock path
+  std::map<std::string_view, const Queue*> contended_;
+  struct KeyHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view k) const noexcept { return std::hash<std::string_view>{}(k); }
+  };
+  std::unordered_map<std::string, KeyState, KeyHash, std::equal_to<>> keys_;
   std::size_t nodes_ = 0;
 };
 
