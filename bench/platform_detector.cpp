@@ -17,6 +17,7 @@
 
 #include "child_process.hpp"
 #include "platform_parts.hpp"
+#include "proc_status.hpp"
 #include "zk_net.hpp"
 #include "zklock/fair_mutex.hpp"
 
@@ -53,17 +54,8 @@ double proc_cpu_seconds(pid_t pid) {
 }
 
 double proc_rss_mb(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  while (in >> key) {
-    if (key == "VmRSS:") {
-      double kb = 0;
-      in >> kb;
-      return kb / 1024.0;
-    }
-    in.ignore(1 << 12, '\n');
-  }
-  return kNone;
+  const long kb = pid > 0 ? test::proc_status_kb("VmRSS", pid) : -1;
+  return kb < 0 ? kNone : static_cast<double>(kb) / 1024.0;
 }
 
 DetectorRun::DetectorRun(const Env& env, const std::string& root) : port_(test::free_loopback_port()) {

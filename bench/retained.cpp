@@ -11,11 +11,11 @@
 #include <thread>
 #include <vector>
 
-#include "client_impl.hpp"
 #include "floor.hpp"
 #include "scenarios.hpp"
 #include "zk_harness.hpp"
 #include "zklock/fair_mutex.hpp"
+#include "zklock/testing/client_probe.hpp"
 
 namespace zklock::bench {
 namespace {
@@ -70,7 +70,6 @@ Figures retained(const Env& env, const Sizes& s) {
     first.release();  // nobody waits: the node stays, idle
   }
   settle(env);
-  auto& impl = *detail::ClientAccess::impl(client);
   const int n = s.retakes;
   std::vector<double> acquire_us, cycle_us;
   acquire_us.reserve(static_cast<std::size_t>(n));
@@ -78,7 +77,7 @@ Figures retained(const Env& env, const Sizes& s) {
   int wrong_token = 0;  // a re-take whose token is not the node's next lease
   const auto r0 = Traffic::from(env.mntr()).packets_received;
   const auto z0 = server_zxid(env);
-  const auto hb0 = impl.heartbeat_writes();
+  const auto hb0 = testing::heartbeat_writes(client);
   const auto cpu0 = process_cpu_seconds();
   const auto start = Clock::now();
   for (int i = 0; i < n; ++i) {
@@ -92,7 +91,7 @@ Figures retained(const Env& env, const Sizes& s) {
   }
   const double wall = seconds(Clock::now() - start);
   const double cpu = process_cpu_seconds() - cpu0;
-  const auto hb = impl.heartbeat_writes() - hb0;
+  const auto hb = testing::heartbeat_writes(client) - hb0;
   const auto z1 = server_zxid(env);
   // Less our own srvr (two) and mntr (one) in the window.
   const auto requests = Traffic::from(env.mntr()).packets_received - r0 - 3;
@@ -176,7 +175,7 @@ ServiceResult run_services(const Env& env, int kind, int sessions, int hot, int 
   std::atomic<bool> stop{false};
   auto heartbeats = [&] {
     std::uint64_t n = 0;
-    for (auto& c : clients) n += detail::ClientAccess::impl(*c)->heartbeat_writes();
+    for (auto& c : clients) n += testing::heartbeat_writes(*c);
     return n;
   };
   const auto hb0 = heartbeats();
@@ -243,7 +242,7 @@ ServiceResult run_services(const Env& env, int kind, int sessions, int hot, int 
   r.cpu_us_per_op = cpu * 1e6 / double(std::max<std::int64_t>(ops, 1));
   r.heartbeats_per_op = double(hb) / double(std::max<std::int64_t>(ops, 1));
   if (!clients.empty()) {
-    const double period = std::chrono::duration<double>(detail::ClientAccess::impl(*clients.front())->heartbeat_period()).count();
+    const double period = std::chrono::duration<double>(testing::heartbeat_period(*clients.front())).count();
     r.heartbeats_per_session_period = double(hb) / double(clients.size()) / (wall / period);
   }
   return r;

@@ -29,6 +29,7 @@
 #include "cli/lock_heads.hpp"
 #include "cli/lock_tree.hpp"
 #include "model/election_order.hpp"
+#include "zklock/path.hpp"
 #include "zklock/protocol/node_name.hpp"
 #include "zklock/protocol/paths.hpp"
 #include "zklock/token.hpp"
@@ -261,7 +262,7 @@ std::vector<Check> run_checks(const GlobalOptions& g, milliseconds head_threshol
     Check c{"acl", "ok", ""};
     try {
       (void)client->children(root);
-      const std::string probe = root + "/zklock-doctor-" + protocol::new_guid();
+      const std::string probe = join_path(root, "zklock-doctor-" + protocol::new_guid());
       std::promise<std::pair<Status, Stat>> created;
       std::promise<Status> removed;
       client->create_async(probe, "", CreateMode::ephemeral,
@@ -300,14 +301,14 @@ std::vector<Check> run_checks(const GlobalOptions& g, milliseconds head_threshol
     const std::string dir(protocol::kElectionPath);
     auto cands = model::election_candidates(client->children(dir));
     for (auto i : model::election_czxids_needed(cands)) {
-      if (const auto st = client->try_stat(dir + "/" + cands[i].name)) cands[i].czxid = st->czxid;
+      if (const auto st = client->try_stat(join_path(dir, cands[i].name))) cands[i].czxid = st->czxid;
     }
     model::sort_election(cands);
     if (cands.empty()) {
       checks.push_back({"detector", "warn", "no zklock-detector running (no election nodes)"});
     } else {
       const auto& leader = cands.front().name;
-      const auto data = client->try_get(dir + "/" + leader);
+      const auto data = client->try_get(join_path(dir, leader));
       checks.push_back({"detector", "ok", "leader " + (data && !data->empty() ? *data : leader) + " (" +
                                               std::to_string(cands.size()) + " replica" +
                                               (cands.size() == 1 ? ")" : "s)")});

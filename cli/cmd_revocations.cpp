@@ -8,6 +8,7 @@
 
 #include "commands.hpp"
 #include "model/wait_for_graph.hpp"
+#include "zklock/path.hpp"
 #include "zklock/protocol/revocation.hpp"
 
 namespace zklock::cli {
@@ -28,7 +29,7 @@ void run_revocations(const GlobalOptions& g, const RevocationsOptions& o) {
   };
   std::vector<Entry> entries;
   for (const auto& n : names) {
-    const std::string p = dir + "/" + n;
+    const std::string p = join_path(dir, n);
     Stat stat;
     const auto data = client->try_get(p, &stat);
     if (!data) continue;  // pruned meanwhile

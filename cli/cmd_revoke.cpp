@@ -2,8 +2,6 @@
 // same atomic record-and-delete as the detector (zklock/protocol/revoke.hpp).
 // The node's owner is told: a waiter's acquire fails as a deadlock victim,
 // a holder's lease is lost (revoked), both with the recorded reason.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
@@ -13,6 +11,7 @@
 
 #include "commands.hpp"
 #include "cli/lock_tree.hpp"
+#include "zklock/protocol/host.hpp"
 #include "zklock/protocol/revoke.hpp"
 
 namespace zklock::cli {
@@ -25,10 +24,8 @@ struct RevokeOptions {
 
 // "zklock-cli:<user>@<host>": who revoked, as recorded.
 std::string operator_id() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
   const char* user = std::getenv("USER");
-  return std::string("zklock-cli:") + (user != nullptr && *user != '\0' ? user : "unknown") + "@" + host;
+  return std::string("zklock-cli:") + (user != nullptr && *user != '\0' ? user : "unknown") + "@" + protocol::host_name();
 }
 
 void run_revoke(const GlobalOptions& g, const RevokeOptions& o) {

@@ -11,6 +11,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "zklock/path.hpp"
 #include "zklock/protocol/node_name.hpp"
 
 namespace zklock::cli {
@@ -139,7 +140,7 @@ std::string resolve_path(std::string_view arg, std::string_view root) {
   if (arg.back() == '/') {
     throw CliError(exit_code::usage, "invalid path '" + std::string(arg.substr(0, 200)) + "': trailing '/'");
   }
-  const std::string joined = root == "/" ? "/" + std::string(arg) : std::string(root) + "/" + std::string(arg);
+  const std::string joined = join_path(root, arg);
   try {
     validate_path(joined);
   } catch (const CliError& e) {

@@ -1,10 +1,11 @@
 #include "detector/daemon.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 
 #include <spdlog/spdlog.h>
+
+#include "zklock/path.hpp"
+#include "zklock/protocol/host.hpp"
 
 namespace zklock::detector {
 namespace {
@@ -13,12 +14,6 @@ std::int64_t wall_now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::string default_id() {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  return std::string(host[0] ? host : "localhost") + "/" + std::to_string(getpid());
 }
 
 // A cycle's identity across scans: its sorted node paths.
@@ -37,7 +32,7 @@ std::string_view revocation_mode_name(RevocationMode m) noexcept { return m == R
 
 Daemon::Daemon(DetectorConfig config) : config_(std::move(config)) {
   log_ = config_.log ? config_.log : spdlog::default_logger();
-  if (config_.id.empty()) config_.id = default_id();
+  if (config_.id.empty()) config_.id = protocol::host_and_pid();
 
   ClientOptions co;
   co.connect = config_.zk;
@@ -332,9 +327,10 @@ void Daemon::read_revocations() {
     if (revocations_.count(name) || reads == 200) continue;
     ++reads;
     Stat stat;
-    const auto bytes = client_->try_get(dir + "/" + name, &stat);
+    const auto path = join_path(dir, name);
+    const auto bytes = client_->try_get(path, &stat);
     if (!bytes) continue;  // pruned meanwhile
-    StatusRevocation rv{dir + "/" + name, protocol::decode_revocation_record(*bytes).value_or(protocol::RevocationRecord{})};
+    StatusRevocation rv{path, protocol::decode_revocation_record(*bytes).value_or(protocol::RevocationRecord{})};
     if (rv.r.time_ms == 0) rv.r.time_ms = stat.ctime;
     if (rv.r.victim_node.empty()) rv.r.reason = "(malformed record)";
     revocations_.emplace(name, std::move(rv));

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "model/election_order.hpp"
+#include "zklock/path.hpp"
 #include "zklock/protocol/node_name.hpp"
 #include "zklock/protocol/paths.hpp"
 
@@ -181,7 +182,7 @@ struct LeaderElection::Core : std::enable_shared_from_this<LeaderElection::Core>
     reads->cands = std::move(cands);
     reads->pending = needed.size();
     std::vector<std::string> paths;
-    for (auto i : needed) paths.push_back(opt.dir + "/" + reads->cands[i].name);
+    for (auto i : needed) paths.push_back(join_path(opt.dir, reads->cands[i].name));
     auto self = shared_from_this();
     for (std::size_t k = 0; k < needed.size(); ++k) {
       client.stat_async(paths[k], {}, [self, gen, reads, i = needed[k]](Status st, const Stat& stat) {
@@ -220,10 +221,10 @@ struct LeaderElection::Core : std::enable_shared_from_this<LeaderElection::Core>
       std::lock_guard lock(mu);
       for (std::size_t i = 0; i < cands.size(); ++i) {
         if (cands[i].guid != guid) continue;
-        if (mine) extras.push_back(opt.dir + "/" + cands[i].name);
+        if (mine) extras.push_back(join_path(opt.dir, cands[i].name));
         else mine = i;
       }
-      if (mine) node = opt.dir + "/" + cands[*mine].name;
+      if (mine) node = join_path(opt.dir, cands[*mine].name);
       else node.reset();
     }
     for (const auto& extra : extras) {
@@ -240,7 +241,7 @@ struct LeaderElection::Core : std::enable_shared_from_this<LeaderElection::Core>
       return;
     }
     set_leader(false);
-    const auto pred = opt.dir + "/" + cands[*mine - 1].name;
+    const auto pred = join_path(opt.dir, cands[*mine - 1].name);
     std::weak_ptr<Core> weak = shared_from_this();
     auto self = shared_from_this();
     client.stat_async(

@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "model/queue_order.hpp"
+#include "zklock/path.hpp"
 
 namespace zklock::model {
 
@@ -19,7 +20,7 @@ std::optional<QueueNode> queue_node_from_name(std::string_view child_name) {
 }
 
 std::string node_path(const std::string& lock, const std::string& name) {
-  return lock == "/" ? "/" + name : lock + "/" + name;
+  return join_path(lock, name);
 }
 
 bool sort_queue(std::vector<QueueNode>& nodes) {

@@ -1,9 +1,8 @@
 // FairMutex: the exclusive front of the one recipe core (lock_attempt.hpp).
 #include "zklock/fair_mutex.hpp"
 
-#include <algorithm>
-
 #include "lock_front.hpp"
+#include "try_timeout.hpp"
 #include "zklock/path.hpp"
 
 namespace zklock {
@@ -33,7 +32,7 @@ Lease FairMutex::acquire(std::stop_token stop, const AcquireOptions& options) {
 
 std::optional<Lease> FairMutex::try_acquire_for(std::chrono::milliseconds timeout, const AcquireOptions& options) {
   auto req = make_request(options);
-  req.timeout = std::max(timeout, std::chrono::milliseconds(1));
+  req.timeout = detail::try_timeout(timeout);
   return detail::take_lease_unless_timeout(detail::LockAttempt::run_blocking(*client_, std::move(req)));
 }
 

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "lock_front.hpp"
+#include "try_timeout.hpp"
 #include "zklock/path.hpp"
 
 namespace zklock {
@@ -177,7 +178,7 @@ MultiLease MultiLock::run(std::stop_token stop, std::optional<Clock::time_point>
 
 AcquireOptions MultiLock::with_owner(const AcquireOptions& options) const {
   AcquireOptions opts = options;
-  if (opts.owner.empty()) opts.owner = !OwnerScope::current().empty() ? OwnerScope::current() : client_->default_owner();
+  opts.owner = detail::owner_for(*client_, options);
   return opts;
 }
 
@@ -260,7 +261,7 @@ MultiLease MultiLock::acquire(std::stop_token stop, const AcquireOptions& option
 std::optional<MultiLease> MultiLock::try_acquire_for(std::chrono::milliseconds timeout,
                                                      const AcquireOptions& options) {
   try {
-    return run({}, Clock::now() + std::max(timeout, std::chrono::milliseconds(1)), options);
+    return run({}, Clock::now() + detail::try_timeout(timeout), options);
   } catch (const Error& e) {
     if (e.code() == Errc::timeout) return std::nullopt;
     throw;

@@ -13,6 +13,7 @@
 
 #include "json_int.hpp"
 #include "zklock/error.hpp"
+#include "zklock/path.hpp"
 #include "zklock/protocol/node_name.hpp"
 
 namespace zklock::protocol {
@@ -121,7 +122,7 @@ std::string revocation_message(const RevocationRecord& record) {
 }
 
 std::string revocation_record_path(std::string_view node_path_or_name) {
-  return std::string(kRevocationsPath) + "/" + last_component(node_path_or_name);
+  return join_path(kRevocationsPath, last_component(node_path_or_name));
 }
 
 std::string_view revoke_outcome_name(RevokeOutcome o) noexcept {
@@ -319,7 +320,7 @@ std::size_t prune_revocation_records(Client& client, std::size_t keep) {
   if (names.size() <= keep) return 0;
   std::vector<std::pair<std::int64_t, std::string>> by_age;
   for (const auto& n : names) {
-    const auto path = std::string(kRevocationsPath) + "/" + n;
+    const auto path = join_path(kRevocationsPath, n);
     if (auto st = client.try_stat(path)) by_age.emplace_back(st->czxid, path);
   }
   if (by_age.size() <= keep) return 0;

@@ -12,6 +12,7 @@
 #include "client_impl.hpp"
 #include "session_pool.hpp"
 #include "zk_log.hpp"
+#include "zklock/protocol/host.hpp"
 
 namespace zklock {
 namespace {
@@ -30,12 +31,6 @@ void global_watcher(zhandle_t*, int type, int state, const char*, void* ctx) noe
   } catch (...) {
     h->impl->log->error("session event handler failed with a non-standard exception");
   }
-}
-
-std::string hostname() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
-  return buf;
 }
 
 // One four-letter word to host:port, its whole answer, within `timeout`; or
@@ -116,7 +111,7 @@ bool Client::Impl::in_callback() noexcept { return tl_in_callback; }
 Client::Impl::Impl(ClientOptions o)
     : log(client_logger(o.logger)),
       opts(std::move(o)),
-      owner_prefix(opts.owner_prefix.empty() ? hostname() + "/" + std::to_string(getpid()) : opts.owner_prefix),
+      owner_prefix(opts.owner_prefix.empty() ? protocol::host_and_pid() : opts.owner_prefix),
       attempt_tables(std::make_shared<detail::AttemptTables>()),
       shards(std::make_unique<detail::SessionShards>()),
       acl_(opts),

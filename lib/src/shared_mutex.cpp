@@ -1,9 +1,8 @@
 // FairSharedMutex: the read-write front of the one recipe core (the machine decides by node mode).
 #include "zklock/shared_mutex.hpp"
 
-#include <algorithm>
-
 #include "lock_front.hpp"
+#include "try_timeout.hpp"
 #include "zklock/path.hpp"
 
 namespace zklock {
@@ -31,11 +30,6 @@ void FairSharedMutex::start(Mode mode, AcquireCallback done, const AcquireOption
                       std::move(done));
 }
 
-// A non-positive timeout still means "try": at least one millisecond.
-static std::chrono::milliseconds at_least_1ms(std::chrono::milliseconds t) {
-  return std::max(t, std::chrono::milliseconds(1));
-}
-
 Lease FairSharedMutex::acquire(const AcquireOptions& options) {
   return take_lease(run(Mode::exclusive, {}, {}, options));
 }
@@ -44,7 +38,7 @@ Lease FairSharedMutex::acquire(std::stop_token stop, const AcquireOptions& optio
 }
 std::optional<Lease> FairSharedMutex::try_acquire_for(std::chrono::milliseconds timeout,
                                                       const AcquireOptions& options) {
-  return take_lease_unless_timeout(run(Mode::exclusive, {}, at_least_1ms(timeout), options));
+  return take_lease_unless_timeout(run(Mode::exclusive, {}, detail::try_timeout(timeout), options));
 }
 void FairSharedMutex::acquire_async(AcquireCallback done, const AcquireOptions& options,
                                     std::chrono::milliseconds timeout, std::stop_token stop) {
@@ -59,7 +53,7 @@ Lease FairSharedMutex::acquire_shared(std::stop_token stop, const AcquireOptions
 }
 std::optional<Lease> FairSharedMutex::try_acquire_shared_for(std::chrono::milliseconds timeout,
                                                              const AcquireOptions& options) {
-  return take_lease_unless_timeout(run(Mode::shared, {}, at_least_1ms(timeout), options));
+  return take_lease_unless_timeout(run(Mode::shared, {}, detail::try_timeout(timeout), options));
 }
 void FairSharedMutex::acquire_shared_async(AcquireCallback done, const AcquireOptions& options,
                                            std::chrono::milliseconds timeout, std::stop_token stop) {

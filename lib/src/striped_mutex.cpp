@@ -19,7 +19,7 @@ std::size_t StripedMutex::stripe_of(std::string_view key, std::size_t stripes) n
 }
 
 std::string StripedMutex::stripe_path(std::string_view base, std::size_t i) {
-  return std::string(base) + "/stripe-" + std::to_string(i);
+  return join_path(base, "stripe-" + std::to_string(i));
 }
 
 }  // namespace zklock

@@ -69,6 +69,17 @@ inline Env unreachable_server() {
   return {{"ZKLOCK_ZK", "127.0.0.1:" + std::to_string(test::free_loopback_port())}};
 }
 
+// Creates `path` readable only by the session's own digest identity ("auth"
+// scheme: whoever added admin's credentials). `flags`: ZOO_EPHEMERAL etc.
+inline int create_private(zhandle_t* zh, const std::string& path, int flags, std::string* created = nullptr) {
+  ACL only_me[] = {{ZOO_PERM_ALL, {const_cast<char*>("auth"), const_cast<char*>("")}}};
+  ACL_vector acl{1, only_me};
+  char buf[512];
+  const int rc = zoo_create(zh, path.c_str(), "", 0, &acl, flags, buf, sizeof buf);
+  if (rc == ZOK && created != nullptr) *created = buf;
+  return rc;
+}
+
 // Each test gets its own root under "/" and its own scratch directory.
 class CliTest : public ::testing::Test {
  protected:

@@ -5,20 +5,6 @@
 #include "cli_fixture.hpp"
 
 namespace zklock::cli_test {
-namespace {
-
-// Creates `path` readable only by the session's own digest identity ("auth"
-// scheme: whoever added admin's credentials). `flags`: ZOO_EPHEMERAL etc.
-int create_private(zhandle_t* zh, const std::string& path, int flags, std::string* created = nullptr) {
-  ACL only_me[] = {{ZOO_PERM_ALL, {const_cast<char*>("auth"), const_cast<char*>("")}}};
-  ACL_vector acl{1, only_me};
-  char buf[512];
-  const int rc = zoo_create(zh, path.c_str(), "", 0, &acl, flags, buf, sizeof buf);
-  if (rc == ZOK && created != nullptr) *created = buf;
-  return rc;
-}
-
-}  // namespace
 
 TEST_F(CliTest, LsOfAMissingRootIsEmpty) {
   auto r = zklock({"ls"});

@@ -38,6 +38,7 @@
 #include "session_pool.hpp"
 #include "async_waiters.hpp"
 #include "fault_proxy.hpp"
+#include "proc_status.hpp"
 #include "zk_harness.hpp"
 #include "zk_server.hpp"
 #include "zklock/fair_mutex.hpp"
@@ -61,21 +62,6 @@ constexpr bool kAsan = false;
 #else
 constexpr bool kAsan = false;
 #endif
-
-// A field of /proc/self/status in kB (VmHWM: peak resident; VmRSS: now).
-long status_kb(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string key;
-  long value = -1;
-  while (in >> key) {
-    if (key == field + ":") {
-      in >> value;
-      return value;
-    }
-    in.ignore(1 << 12, '\n');
-  }
-  return -1;
-}
 
 // Resets VmHWM to the current RSS (Linux 4.0+); false if refused.
 bool reset_peak_rss() {
@@ -145,16 +131,16 @@ TEST(Blip, TenThousandWaitersOnOneSessionThenAReconnect) {
   Lease holder = holder_mutex.acquire({.owner = "holder"});
 
   const bool hwm_reset = reset_peak_rss();
-  const long rss0 = status_kb("VmRSS");
+  const long rss0 = test::proc_status_kb("VmRSS");
   const long bound_kb = rss_bound_kb(kWaiters);
-  const auto over = [&] { return status_kb("VmHWM") - rss0 > bound_kb; };  // fail fast, not at the OOM killer
+  const auto over = [&] { return test::proc_status_kb("VmHWM") - rss0 > bound_kb; };  // fail fast, not at the OOM killer
   const auto t0 = zk.mntr();
   FairMutex m(c, path);
   queue_waiters(m, out, kWaiters);
   // Queued and quiet: every node exists, nothing in flight but the heartbeat.
   ASSERT_TRUE(eventually([&] { return over() || holder_client.stat(path).num_children == kWaiters + 1; }, 120s))
       << holder_client.stat(path).num_children << " nodes";
-  ASSERT_FALSE(over()) << "queueing: peak RSS grew " << status_kb("VmHWM") - rss0 << " kB, bound " << bound_kb;
+  ASSERT_FALSE(over()) << "queueing: peak RSS grew " << test::proc_status_kb("VmHWM") - rss0 << " kB, bound " << bound_kb;
   ASSERT_TRUE(eventually([&] { return census(c).requests <= 2 * c.sessions(); }, 60s))
       << census(c).requests << " requests";
   const auto one_listing = listing_bytes(holder_client.children(path));
@@ -196,7 +182,7 @@ TEST(Blip, TenThousandWaitersOnOneSessionThenAReconnect) {
     EXPECT_EQ(out.done, kWaiters) << "drain: " << out.done << " done, " << out.failed << " failed";
   }
   const double drain_s = test::ms_since(drain_at) / 1000;
-  const long hwm = status_kb("VmHWM");
+  const long hwm = test::proc_status_kb("VmHWM");
   std::printf("[figure] blip: drained in %.2f s; peak RSS %ld kB %s (%ld kB then): growth %.2f kB "
               "per waiter%s (bound %ld)\n",
               drain_s, hwm, hwm_reset ? "from just before the waiters" : "of the process", rss0,

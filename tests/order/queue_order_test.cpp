@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "proc_status.hpp"
 #include "zk_harness.hpp"
 #include "zklock/client.hpp"
 #include "zklock/fair_mutex.hpp"
@@ -30,6 +31,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using test::eventually;
+using test::rss_kb;
 using test::unique_lock_path;
 using test::ZkServer;
 
@@ -37,16 +39,6 @@ std::int64_t counter(const test::Mntr& m, const char* key) {
   auto v = m.counter(key);
   if (!v) throw std::runtime_error(std::string("mntr has no ") + key);
   return *v;
-}
-
-// This process's resident set size in kB (/proc), or -1.
-long rss_kb() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
-  }
-  return -1;
 }
 
 // ---------------------------------------------------------------------------

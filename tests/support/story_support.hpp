@@ -317,16 +317,6 @@ inline std::optional<std::string> store_get(const std::string& db, const std::st
   return r.out.substr(0, r.out.find('\n'));
 }
 
-// Resident set size of a process in kB (from /proc), or -1.
-inline long rss_kb(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
-  }
-  return -1;
-}
-
 inline FencingToken token_of(const Event& e) { return FencingToken::parse(e.get("token")); }
 
 // Polls `cond` every 20 ms until it holds or `timeout` passes.

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
 #include <utility>
 
 #include "child_process.hpp"
@@ -68,15 +67,6 @@ void emit(const std::string& event, const std::string& fields) {
     if (c == '\n' || c == '\r') c = ' ';
   }
   print_line(line + " t=" + std::to_string(mono_us()));
-}
-
-long rss_kb() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
-  }
-  return -1;
 }
 
 StoryClient::StoryClient(StoryArgs args) : args_(std::move(args)) {

@@ -38,9 +38,6 @@ struct StoryArgs {
 // fields are replaced by spaces.
 void emit(const std::string& event, const std::string& fields = {});
 
-// This process's resident set size in kB (-1 if unreadable).
-long rss_kb();
-
 // The outcome slot of one asynchronous acquisition.
 struct Slot {
   int idx = 0;

@@ -66,6 +66,7 @@
 #include <thread>
 #include <vector>
 
+#include "proc_status.hpp"
 #include "story_client.hpp"
 #include "worker.hpp"
 #include "zklock/error.hpp"
@@ -74,6 +75,7 @@ namespace zklock::test_worker {
 namespace {
 
 using namespace std::chrono_literals;
+using test::rss_kb;
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "zklock_test_worker story: " << problem << "\n"

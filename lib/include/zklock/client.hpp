@@ -168,8 +168,8 @@ namespace detail {
 struct ClientAccess;  // lib/src: how zklock's recipes reach the implementation
 }
 
-// The operations. Every operation has an asynchronous form, `x_async`, and a
-// synchronous twin of the same stem, `x`:
+// The operations, each as `x_async` and a synchronous twin `x` (ensure_path
+// and the try_ forms below exist only synchronously):
 //
 //   create / create_async        make a node (returns the path it got)
 //   get / get_async              a node's data and Stat

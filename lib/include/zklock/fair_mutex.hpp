@@ -11,8 +11,8 @@
 //
 // Errors thrown by acquire: would_deadlock; deadlock_victim (the detector
 // revoked our waiting node; the message carries the cycle); session_expired;
-// cancelled; timeout (only from acquire_for-style calls that throw);
-// closing; invalid_argument; and ZooKeeper errors (no_auth, ...).
+// cancelled; closing; invalid_argument; ZooKeeper errors (no_auth, ...). A
+// timeout throws nothing: try_acquire_for gives nullopt, acquire_async Errc::timeout.
 //
 // Retained leases (MutexOptions::retain, exclusive only; default off):
 //

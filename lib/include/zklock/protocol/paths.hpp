@@ -20,6 +20,8 @@
 #include <string>
 #include <string_view>
 
+#include "zklock/path.hpp"
+
 namespace zklock::protocol {
 
 inline constexpr std::string_view kMetadataRoot = "/zklock";
@@ -30,7 +32,7 @@ inline constexpr std::string_view kElectionPath = "/zklock/detector";
 // The candidate-name prefix a detector creates under `election_dir` (its
 // sequential suffix follows): "<dir>/c_<guid>_".
 inline std::string election_candidate_prefix(std::string_view election_dir, std::string_view guid) {
-  return std::string(election_dir) + "/c_" + std::string(guid) + "_";
+  return join_path(election_dir, "c_" + std::string(guid) + "_");
 }
 
 struct ElectionCandidateName {

@@ -69,7 +69,6 @@ class LockIndex {
 
   std::size_t node_count() const noexcept { return nodes_; }
   std::size_t queue_count() const noexcept { return queues_.size(); }
-  std::size_t contended_count() const noexcept { return contended_.size(); }
 
   QueueSnapshot snapshot() const;
   // The nodes `owner_key`'s owner holds alone in their queues, by path.
