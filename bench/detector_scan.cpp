@@ -71,7 +71,7 @@ Figures detector_scan(const Env& env, const Sizes& s) {
   }
   const double heap_per_lock =
       static_cast<double>(mallinfo2().uordblks - heap0) / static_cast<double>(ix.queue_count());
-  env.log("detector scan: " + std::to_string(ix.queue_count()) + " queues, " + std::to_string(ix.contended_count()) +
+  env.log("detector scan: " + std::to_string(ix.queue_count()) + " queues, " + std::to_string(ix.snapshot().contended.size()) +
           " with two or more nodes");
 
   model::AnalyzeOptions opts{kNowMs, std::chrono::milliseconds(1000)};
