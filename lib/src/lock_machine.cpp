@@ -280,21 +280,15 @@ void LockMachine::hand_out(Commands& out) {
 // marker (invariant 3: no lease was handed out; a waiter lists again).
 void LockMachine::withdraw(Errc errc, std::string message, Commands& out) {
   if (phase_ != Phase::proving) return;
-  phase_ = Phase::failed;
-  round_.abandon();
-  duties_.drop(Duty::relist);
-  MachineOutcome c{Out::failed};
-  c.errc = errc;
-  c.message = std::move(message);
-  report(out, std::move(c));
+  end_failed(errc, std::move(message), out);
   if (doubt_ != Doubt::none) sweep(out);
   if (own_.state != NodeState::exists) return;
   if (link_ == Link::up) remove_own(Duty::remove, out);
   else duties_.add(Duty::remove);
 }
 
-void LockMachine::fail(Errc errc, std::string message, Commands& out) {
-  if (!acquiring()) return;
+// The attempt's one `failed` outcome (invariant 1); its round is over.
+void LockMachine::end_failed(Errc errc, std::string message, Commands& out) {
   phase_ = Phase::failed;
   round_.abandon();
   duties_.drop(Duty::relist);
@@ -302,6 +296,11 @@ void LockMachine::fail(Errc errc, std::string message, Commands& out) {
   c.errc = errc;
   c.message = std::move(message);
   report(out, std::move(c));
+}
+
+void LockMachine::fail(Errc errc, std::string message, Commands& out) {
+  if (!acquiring()) return;
+  end_failed(errc, std::move(message), out);
   // Clean up: our node (no marker: it was never granted), or a create whose
   // outcome is unknown; a create still in flight is deleted when answered.
   if (own_.state == NodeState::exists) remove_own(Duty::remove, out);

@@ -238,6 +238,7 @@ class LockMachine {
   void hand_out(Commands& out);           // proving -> held: the `granted` outcome
   void fail(Errc errc, std::string message, Commands& out);
   void withdraw(Errc errc, std::string message, Commands& out);  // proving -> failed, the node released
+  void end_failed(Errc errc, std::string message, Commands& out);  // -> failed, reported
   void lose(LossReason reason, std::string message, Commands& out);
   void remove_own(Duty kind, Commands& out);
   void remove_extra(const std::string& name, Commands& out);

@@ -190,8 +190,10 @@ void LockMachine::on_expired(Commands& out) {
     case Phase::ending:
       phase_ = Phase::released;  // the retention ends silently: no lease exists
       break;
-    default:
-      break;
+    case Phase::idle:
+    case Phase::failed:
+    case Phase::released:
+      break;  // no lease, nothing under way: nothing to tell
   }
 }
 
