@@ -27,13 +27,16 @@ constexpr std::int64_t kLivenessMs = 2 * kSessionMs + kContenders * (kHoldMs + k
 // A head node with waiters whose owner is connected on the node's session:
 // granted within a round trip of learning it, then held 150 ms and released.
 // When the owner's validity bound passed while it was cut off, the grant
-// also waits for the bound's proof on the new connection: a ping gap (375 ms
-// at this tickTime) and three round trips (validity_bound.cpp, the proving
-// chain). 2 s leaves about 400 ms for each of those four round trips on a
-// loaded two-core machine (three JVMs and five contenders), and is far below
-// the 10 s stalls of the field bug. (At one heartbeat per period the proof
-// alone took two periods, 2 × 806 ms, and with loaded round trips passed 2 s.)
-constexpr std::int64_t kHeadLiveMs = 2000;
+// also waits for the bound's proof on the new connection: the chain (a ping
+// gap, 375 ms at this tickTime, and three round trips) and the write that
+// confirms it, sent a ping gap after the chain's last answer (validity_bound.cpp,
+// the proving chain; validity_rule.hpp, a chain's anchor): two ping gaps and
+// four round trips, then the grant's. 2.5 s leaves about 350 ms for each of
+// those five round trips on a loaded two-core machine (three JVMs and five
+// contenders), and is far below the 10 s stalls of the field bug. (At one
+// heartbeat per period the proof alone took two periods, 2 × 806 ms.) Five
+// seeds on an idle machine saw 105 to 1,765 ms.
+constexpr std::int64_t kHeadLiveMs = 2500;
 // Any head node with waiters (its session may be dead: it lasts until the
 // session expires, up to one timeout and a tick after the heal).
 constexpr std::int64_t kHeadStaleMs = kSessionMs + 2000;

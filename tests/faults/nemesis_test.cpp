@@ -19,8 +19,9 @@
 //      kLiveness = 2 session timeouts + (hold + retain) per contender; and
 //      polled from the server after a heal, no node stays the head of the
 //      queue with others waiting longer than kHeadLive while its owner is
-//      connected on the node's session (one round trip and the hold, with
-//      slack for a loaded machine), nor longer than kHeadStale in any case
+//      connected on the node's session (one round trip and the hold, and
+//      the validity bound's proof after a reconnect, with slack for a loaded
+//      machine: nemesis_run.hpp), nor longer than kHeadStale in any case
 //      (a dead session's node lasts until the session expires);
 //  (d) once every contender has finished and dropped its mutex, with its
 //      session still open, the lock path has no children.
