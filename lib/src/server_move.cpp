@@ -34,23 +34,15 @@
 #include <netdb.h>
 
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "connect_string.hpp"
 
 namespace zklock {
 namespace {
 
 constexpr auto kQuarantine = std::chrono::minutes(5);
-
-// "host:port" entries of a connect string, without the chroot.
-std::vector<std::string> hosts_of(const std::string& connect) {
-  std::vector<std::string> out;
-  std::istringstream in(connect.substr(0, connect.find('/')));
-  std::string hp;
-  while (std::getline(in, hp, ',')) out.push_back(hp);
-  return out;
-}
 
 std::string join(const std::vector<std::string>& hosts) {
   std::string out;
@@ -77,14 +69,12 @@ bool same(const sockaddr_storage& a, const sockaddr_storage& b, bool port) {
 // What "host:port" resolves to.
 std::vector<sockaddr_storage> resolve(const std::string& hp) {
   std::vector<sockaddr_storage> out;
-  const auto colon = hp.rfind(':');
-  if (colon == std::string::npos) return out;
-  auto host = hp.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  const auto hostport = host_and_port(hp);
+  if (!hostport) return out;
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), hp.substr(colon + 1).c_str(), &hints, &res) != 0) return out;
+  if (getaddrinfo(hostport->first.c_str(), hostport->second.c_str(), &hints, &res) != 0) return out;
   for (auto* r = res; r != nullptr; r = r->ai_next) {
     sockaddr_storage s{};
     std::memcpy(&s, r->ai_addr, std::min<std::size_t>(r->ai_addrlen, sizeof s));
@@ -129,7 +119,7 @@ std::optional<ConnectedServer> connected_server(Client::Impl& impl) {
 }
 
 void leave_diverged_server(Client::Impl& impl, const ConnectedServer& diverged) {
-  const auto all = hosts_of(impl.opts.connect);
+  const auto all = connect_members(impl.opts.connect);
   std::vector<std::string> others;  // resolved outside every lock: DNS may block
   bool address_shared = false;
   for (const auto& hp : all) {

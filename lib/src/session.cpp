@@ -10,6 +10,7 @@
 
 #include "attempt_tables.hpp"
 #include "client_impl.hpp"
+#include "connect_string.hpp"
 #include "session_pool.hpp"
 #include "zk_log.hpp"
 #include "zklock/protocol/host.hpp"
@@ -170,18 +171,14 @@ void Client::Impl::read_server_settings() {
     settings_.tick = opts.server_tick_time;
     return;
   }
-  auto hosts = opts.connect.substr(0, opts.connect.find('/'));
-  std::istringstream in(hosts);
-  std::string hp;
   const auto budget = std::min<std::chrono::milliseconds>(opts.connect_timeout / 4, 1000ms);
   const auto deadline = Clock::now() + budget;
-  while (std::getline(in, hp, ',') && Clock::now() < deadline) {
-    const auto colon = hp.rfind(':');
-    if (colon == std::string::npos) continue;
-    auto host = hp.substr(0, colon);
-    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  for (const auto& hp : connect_members(opts.connect)) {
+    if (Clock::now() >= deadline) break;
+    const auto hostport = host_and_port(hp);
+    if (!hostport) continue;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    const auto conf = four_letter_word(host, hp.substr(colon + 1), "conf", std::min(left, 500ms));
+    const auto conf = four_letter_word(hostport->first, hostport->second, "conf", std::min(left, 500ms));
     if (!conf || conf_value(*conf, "tickTime") <= 0) continue;
     settings_.tick = std::chrono::milliseconds(conf_value(*conf, "tickTime"));
     settings_.min_session = std::chrono::milliseconds(conf_value(*conf, "minSessionTimeout"));

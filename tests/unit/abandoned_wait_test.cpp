@@ -1,4 +1,4 @@
-// Abandoned waits (tracker issue 51, item 4): a waiting node whose data
+// Abandoned waits: a waiting node whose data
 // states a timeout, older than that timeout plus the skew allowance, is no
 // wait: it can close no cycle. The node data field that states it, and the
 // analysis over queues, the mirror's index and the CLI alike.
