@@ -26,6 +26,8 @@
 
 #include "platform.hpp"
 #include "scenarios.hpp"
+#include "zk_harness.hpp"
+#include "zk_tree.hpp"
 
 namespace zb = zklock::bench;
 using nlohmann::json;
@@ -120,6 +122,22 @@ std::string num(double v) {
   else if (a >= 0.01 || a == 0) std::snprintf(buf, sizeof buf, "%.2f", v);
   else std::snprintf(buf, sizeof buf, "%.1e", v);  // small ratios (a re-take against a round trip)
   return buf;
+}
+
+// Deletes a run's tree once its scenario is done, so the next run starts on
+// a clean server: left in place, its empty lock paths (containers) would be
+// reaped by the server's container manager during the next run, whose
+// writes-per-grant figures would then count those deletes too.
+void delete_run_tree(const zb::Env& env) {
+  try {
+    auto h = zklock::test::ZkHandle::connect(env.connect, std::chrono::seconds(30));
+    const auto d = zklock::test::delete_subtree(h.get(), env.root, std::chrono::seconds(120));
+    env.log("cleanup: deleted " + std::to_string(d.deleted) + " nodes of " + env.root + " in " + num(d.seconds) +
+            " s (" + std::to_string(d.gone) + " already gone" +
+            (d.complete() ? ")" : ", " + std::to_string(d.failed) + " NOT deleted)"));
+  } catch (const std::exception& e) {
+    env.log(std::string("cleanup: ") + e.what());
+  }
 }
 
 json jnum(double v) { return std::isnan(v) ? json(nullptr) : json(v); }
@@ -245,6 +263,7 @@ int main(int argc, char** argv) {
           it->second.ratio.push_back(f.zklock / f.floor);
         }
         std::cerr << "  " << name << ": " << num(zb::seconds(zb::Clock::now() - started)) << " s\n";
+        delete_run_tree(env);
       }
     }
     info["loadavg_at_end"] = loadavg();
