@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
   int runs = 0;
   std::string connect, json_file, only;
   std::vector<int> drain_sizes;
-  int det_dirs = 0, det_locks = 0, det_waiters = -1, det_inflight = 0;
+  int det_dirs = 0, det_locks = 0, det_waiters = -1, det_inflight = 0, det_load_sessions = 0, det_floor_sessions = 0;
   app.add_flag("--quick", quick, "small counts, one run (CI: keeps the tool from rotting)");
   app.add_option("--runs", runs, "runs per scenario; medians are reported (default 3, --quick 1)");
   app.add_option("--connect", connect, "use this server (host:port, mntr allowed) instead of starting one");
@@ -171,6 +171,8 @@ int main(int argc, char** argv) {
   app.add_option("--detector-locks-per-dir", det_locks, "detector: held locks per directory (default 500)");
   app.add_option("--detector-waiters", det_waiters, "detector: waiting nodes (default 1000)");
   app.add_option("--detector-inflight", det_inflight, "detector: the mirror's reads outstanding (default: the detector's, 256)");
+  app.add_option("--detector-load-sessions", det_load_sessions, "detector: the mirror's load sessions (default: the detector's)");
+  app.add_option("--detector-floor-sessions", det_floor_sessions, "detector: the listing floor's parallel sessions (default 4)");
   int restart_dirs = 0;
   app.add_option("--restart-dirs", restart_dirs, "restart: lock dirs, one held node each (default 100000)");
   app.add_flag("-v,--verbose", verbose, "log zklock and detector info messages");
@@ -188,6 +190,8 @@ int main(int argc, char** argv) {
     if (det_locks > 0) sizes.detector_locks_per_dir = det_locks;
     if (det_waiters >= 0) sizes.detector_waiters = det_waiters;
     if (det_inflight > 0) sizes.detector_inflight = det_inflight;
+    if (det_load_sessions > 0) sizes.detector_load_sessions = det_load_sessions;
+    if (det_floor_sessions > 0) sizes.detector_floor_sessions = det_floor_sessions;
     if (restart_dirs > 0) sizes.restart_dirs = restart_dirs;
     if (runs <= 0) runs = quick ? 1 : 3;
     std::vector<std::string> selected;
