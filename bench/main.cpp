@@ -5,6 +5,10 @@
 //   zklock-bench [--quick] [--runs N] [--connect HOST:PORT] [--only a,b]
 //                [--json FILE] [--detector-dirs N] [--detector-locks-per-dir N]
 //                [--drain 100,1000,5000] [--restart-dirs N]
+//                [--detector-load-sessions N] [--detector-floor-sessions N]
+//
+// After each scenario's run its tree (env.root) is deleted: the next run
+// starts on a clean server.
 //
 // Without --connect a standalone ZooKeeper is started for the run through
 // the test harness (tests/support/zk_harness.hpp) and stopped at the end.
