@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
   app.add_option("--detector-locks-per-dir", det_locks, "detector: held locks per directory (default 500)");
   app.add_option("--detector-waiters", det_waiters, "detector: waiting nodes (default 1000)");
   app.add_option("--detector-inflight", det_inflight, "detector: the mirror's reads outstanding (default: the detector's, 256)");
-  app.add_option("--detector-load-sessions", det_load_sessions, "detector: the mirror's load sessions (default: the detector's)");
+  app.add_option("--detector-load-sessions", det_load_sessions, "detector and platform: the mirror's load sessions (default: the detector's)");
   app.add_option("--detector-floor-sessions", det_floor_sessions, "detector: the listing floor's parallel sessions (default 4)");
   int restart_dirs = 0;
   app.add_option("--restart-dirs", restart_dirs, "restart: lock dirs, one held node each (default 100000)");
