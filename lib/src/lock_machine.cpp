@@ -256,6 +256,11 @@ void LockMachine::note_listing(const MachineEvent& ev, const Listing& listing) {
     if (ev.rc != Rc::ok) children_ = {};  // no watch was set
     else children_.state = others ? Watch::busy : Watch::quiet;
   }
+  // Retaining only: their queues are short, and only a re-take asks.
+  if (cfg_.retain && ev.rc == Rc::ok && !own_.name.empty() &&
+      std::any_of(listing.nodes.begin(), listing.nodes.end(), [&](const Entry& e) { return e.node.name == own_.name; })) {
+    ++confirmations_;
+  }
 }
 
 // An answer said the session is over: as the session event would.
