@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "attempt_tables.hpp"
+#include "lock_front.hpp"
 #include "zklock/protocol/node_data.hpp"
 
 namespace zklock::detail {
@@ -153,7 +154,8 @@ void LockAttempt::begin() {
       const auto& r = self->req_;
       self->machine_ = std::make_unique<LockMachine>(MachineConfig{
           r.mode, self->guid_, self->holder(), self->epoch_, r.lock_path, r.retain > std::chrono::milliseconds::zero(),
-          r.mode == Mode::exclusive ? seen_before(self->impl_, r.lock_path) : LockHistory::contended});
+          r.mode == Mode::exclusive ? self->impl_->attempt_tables->history.seen_before(r.lock_path)
+                                    : LockHistory::contended});
       self->execute_locked(self->machine_->start());
     });
   };

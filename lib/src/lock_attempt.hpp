@@ -12,8 +12,8 @@
 // Files: lock_attempt.cpp (start, feed, outcomes, the end), _io (requests
 // out, answers and watches in), _lease (the Lease's calls, release),
 // _retain (the slot, the re-take), _watchdog (the waiting watchdog's timer),
-// _observe (ClientOptions::observer), _front (a request's owner, the
-// per-lock history). Per-client tables: attempt_tables.hpp, owner_table.hpp.
+// _observe (ClientOptions::observer). A request's owner: lock_front.cpp;
+// per-client tables: attempt_tables.hpp (owner_table.hpp, lock_history.hpp).
 //
 // Threads: events arrive on the ZooKeeper completion thread, the client's
 // timer thread and user threads; each is fed to the machine under `mu_`, and
@@ -258,19 +258,5 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   // in ZooKeeper's watch table. Cleared when the outcome is delivered.
   std::shared_ptr<LockAttempt> pending_self_;
 };
-
-// The owner a request acts for: its own, else the thread's OwnerScope, else
-// the client's default.
-std::string owner_for(const Client& client, const AcquireOptions& options);
-// Who a request acts for, as its node's data will say.
-Holder holder_for(const Client& client, const AttemptRequest& request);
-
-// What the last exclusive acquisition of a lock through a client found when
-// released (MachineConfig::history; the machine decides what follows from
-// it). Per client and lock, not per mutex object: code that makes a mutex
-// for each acquisition benefits too. A hint only (safety never depends on
-// it), forgotten wholesale past 4,096 locks.
-LockHistory seen_before(Client::Impl* impl, const std::string& lock_path);
-void remember_seen(Client::Impl* impl, const std::string& lock_path, bool contended);
 
 }  // namespace zklock::detail

@@ -6,6 +6,7 @@
 #include <future>
 #include <utility>
 
+#include "attempt_tables.hpp"
 #include "lock_attempt.hpp"
 #include "logged_call.hpp"
 
@@ -81,7 +82,7 @@ bool LockAttempt::start_release(std::uint64_t grant, std::function<void()> then)
     if (!machine_ || machine_->phase() != LockMachine::Phase::held || grant != grant_) return;
     started = true;
     observe_released_locked();
-    if (req_.mode == Mode::exclusive) remember_seen(impl_, req_.lock_path, machine_->others_seen());
+    if (req_.mode == Mode::exclusive) impl_->attempt_tables->history.remember(req_.lock_path, machine_->others_seen());
     // The lease is over: its on_lost callbacks must never run, not even for
     // a later grant of a retained node. Destroyed unlocked (outbox_): one
     // may hold the last copy of a Lease, whose destructor takes mu_.

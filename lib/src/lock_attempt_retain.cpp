@@ -9,6 +9,7 @@
 
 #include "attempt_tables.hpp"
 #include "lock_attempt.hpp"
+#include "lock_front.hpp"
 
 namespace zklock::detail {
 
