@@ -240,7 +240,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   Client::Impl::TimerId timer_ = 0;
   std::unique_ptr<std::stop_callback<std::function<void()>>> stop_cb_;
   bool registered_ = false;
-  bool acquiring_ = false;   // GUARDED_BY(mu_): counted in AttemptTables::owners (invariant 6)
+  bool acquiring_ = false;   // GUARDED_BY(mu_): counted in the OwnerTable (invariant 6)
   bool idle_listed_ = false; // GUARDED_BY(mu_): listed there as idle
   Clock::time_point handed_out_at_{};  // GUARDED_BY(mu_): the grant's hand-out, read only with an observer
   Client::Impl::TimerId keep_alive_timer_ = 0;  // GUARDED_BY(mu_): 0 unless keeping the attempt alive (invariant 3)
@@ -249,7 +249,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   Client::Impl::TimerId watchdog_timer_ = 0;  // GUARDED_BY(mu_)
   std::size_t watchdog_blocker_ = 0;          // GUARDED_BY(mu_)
   std::uint32_t watchdog_ms_ = 0;             // GUARDED_BY(mu_)
-  Clock::time_point confirmed_at_{};          // GUARDED_BY(mu_): the latest listing answered (a re-take's `confirmed`)
+  Clock::time_point confirmed_at_{};          // GUARDED_BY(mu_): the step whose listing showed our node (a re-take's `confirmed`)
   // The latest blocker's watch, taken back when the attempt ends before it
   // fires (Client::Impl::unwatch): a waiter that gives up leaves nothing on
   // the node it waited for.
