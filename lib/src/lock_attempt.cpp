@@ -1,14 +1,11 @@
 // LockAttempt's lifecycle: start, each event through the machine, outcomes out, and the attempt's end.
 #include "lock_attempt.hpp"
 
-#include <unistd.h>
-
 #include <future>
 #include <utility>
 
 #include "attempt_tables.hpp"
 #include "lock_front.hpp"
-#include "zklock/protocol/node_data.hpp"
 
 namespace zklock::detail {
 namespace {
@@ -20,24 +17,6 @@ using Out = MachineOutcome::Kind;
 #if defined(__GLIBCXX__) && !defined(_GLIBCXX_DEBUG)
 static_assert(sizeof(LockAttempt) <= 1000, "keep the attempt in malloc's thread cache (lock_attempt.hpp)");
 #endif
-
-// The node's data, encoded once per thread for as long as the same owner
-// asks with the same options: a service re-taking its lock would otherwise
-// build and dump a JSON document (35 allocations) on every acquisition.
-// encode_node_data is pure, so the memo returns exactly what it would.
-std::string node_data_for(const protocol::NodeData& d) {
-  struct Memo {
-    protocol::NodeData in;
-    std::string out;
-  };
-  thread_local std::optional<Memo> memo;
-  const auto same = [&](const protocol::NodeData& m) {
-    return m.pid == d.pid && m.mode == d.mode && m.priority == d.priority && m.owner == d.owner &&
-           m.host == d.host && m.description == d.description && m.gives_up_after_ms == d.gives_up_after_ms;
-  };
-  if (!memo || !same(memo->in)) memo = Memo{d, protocol::encode_node_data(d)};  // throws before replacing
-  return memo->out;
-}
 
 }  // namespace
 
@@ -51,20 +30,7 @@ LockAttempt::LockAttempt(Client& client, Seat seat, AttemptRequest request, Done
       req_(std::move(request)), done_(std::move(done)) {
   owner_ = owner_for(client, req_.options);
   guid_ = protocol::new_guid();
-  protocol::NodeData d;
-  d.owner = owner_;
-  d.host = impl_->owner_prefix.substr(0, impl_->owner_prefix.find('/'));
-  d.pid = ::getpid();
-  d.mode = req_.mode;
-  d.priority = req_.options.priority;
-  d.description = req_.options.description;
-  // Stated relative to the node's ctime, not as a deadline of our clock: the
-  // timer (start()) starts before the create is sent, so ctime + timeout is
-  // never before we give up, and the detector compares only the server's
-  // clock with its own (docs/protocol.md, "Data"). Constant per request
-  // options, so the memo still serves repeated acquisitions.
-  if (req_.timeout > std::chrono::milliseconds::zero()) d.gives_up_after_ms = req_.timeout.count();
-  data_ = node_data_for(d);  // throws invalid_argument for an over-long owner
+  data_ = node_data_for(*impl_, req_, owner_);  // throws invalid_argument for an over-long owner
 }
 
 LockAttempt::~LockAttempt() {

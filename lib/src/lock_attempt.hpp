@@ -192,6 +192,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   // The waiting watchdog (lock_machine.hpp, invariant 7): arms the timer for
   // a wait on the blocker whose name hashes to `blocker`. REQUIRES mu_.
   void arm_watchdog_locked(std::size_t blocker);
+  void schedule_watchdog_locked(Clock::time_point at);  // also a retained node's confirmation
   void drop_timer(Client::Impl::TimerId& id) {  // REQUIRES mu_
     if (id != 0) impl_->cancel(std::exchange(id, 0));
   }

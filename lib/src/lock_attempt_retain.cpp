@@ -5,6 +5,7 @@
 // its mutex's RetainSlot, hands it a re-take by the same owner (with the
 // clock's verdict), and ends an owner's idle retentions when that owner
 // queues anywhere (lock_attempt.hpp, invariants 5 and 6; owner_table.hpp).
+#include <algorithm>
 #include <utility>
 
 #include "attempt_tables.hpp"
@@ -66,6 +67,10 @@ void LockAttempt::retain_locked(std::shared_ptr<RetainSlot> slot) {
     displaced = std::exchange(slot->attempt, shared_from_this());
   }
   if (displaced) outbox_.push_back([displaced] { displaced->end_retention(); });
+  // The node's confirmation is due a quarter period before a re-take would
+  // find it stale (invariant 7); the machine lists if it is still retained.
+  if (watchdog_timer_ == 0)
+    schedule_watchdog_locked(std::max(Clock::now(), confirmed_at_ + impl_->wait_check_period() * 3 / 4));
 }
 
 // Invariant (5): decided inside this call, on the caller's thread. The

@@ -24,7 +24,12 @@ void LockAttempt::arm_watchdog_locked(std::size_t blocker) {
   drop_timer(watchdog_timer_);
   const auto grid = Clock::duration(std::min<std::chrono::milliseconds>(base / 4, std::chrono::seconds(1))).count();
   const auto want = (Clock::now() + std::chrono::milliseconds(watchdog_ms_)).time_since_epoch().count();
-  const Clock::time_point at{Clock::duration((want + grid - 1) / grid * grid)};
+  schedule_watchdog_locked(Clock::time_point{Clock::duration((want + grid - 1) / grid * grid)});
+}
+
+// REQUIRES mu_, no watchdog timer armed. Waiting, a firing lists again;
+// retained, it confirms the node (invariant 7; retain_locked).
+void LockAttempt::schedule_watchdog_locked(Clock::time_point at) {
   watchdog_timer_ = impl_->schedule_at(at, [weak = weak_from_this()] {
     auto s = weak.lock();
     if (!s) return;

@@ -1,4 +1,4 @@
-// What the front ends (FairMutex, FairSharedMutex, MultiLock) and LockAttempt share: a request's owner, a mutex's request, results to leases, the asynchronous start.
+// What the front ends (FairMutex, FairSharedMutex, MultiLock) and LockAttempt share: a request's owner and node data, a mutex's request, results to leases, the asynchronous start.
 #pragma once
 
 #include <chrono>
@@ -16,6 +16,9 @@ namespace zklock::detail {
 std::string owner_for(const Client& client, const AcquireOptions& options);
 // Who a request acts for, as its node's data will say.
 Holder holder_for(const Client& client, const AttemptRequest& request);
+// The data of a request's node (protocol/node_data.hpp) for `owner` on this
+// session's host; throws invalid_argument for an over-long owner.
+std::string node_data_for(const Client::Impl& impl, const AttemptRequest& request, const std::string& owner);
 
 // A mutex's request: its loss policy and its retention (a reader's is
 // dropped by LockAttempt::start). Timeout zero: none.

@@ -157,6 +157,10 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
       }
       break;
     case Kind::listed: {
+      if (is(confirm_tag_)) {
+        on_confirmation(ev, ev.listing ? *ev.listing : *parse_listing(ev.children), out);
+        break;
+      }
       if (!is(round_.list_tag)) break;
       const auto listing = ev.listing ? ev.listing : parse_listing(ev.children);
       note_listing(ev, *listing);
@@ -195,6 +199,7 @@ LockMachine::Commands LockMachine::step(const MachineEvent& ev) {
       break;
     case Kind::watchdog:
       if (acquiring() && link_ == Link::up && round_.blocker_tag != 0) on_watchdog(out);
+      else if (phase_ == Phase::retained) confirm_retained(out);
       break;
     case Kind::blocker_probed:
       if (is(round_.probe_tag) && acquiring()) on_probed(ev, out);

@@ -60,7 +60,11 @@
 //      queue, it is also probed at the leader
 //      (probe_blocker); if the leader has no such node, our server has
 //      diverged from the quorum: reported (`diverged`), and the blocker
-//      counts as proven gone (invariant 4).
+//      counts as proven gone (invariant 4). A retained node is confirmed
+//      the same way: when the shell's timer says its confirmation is due
+//      (a watchdog event while retained), one listing; a node that listing
+//      shows alone counts as confirmed (confirmations()), any other answer
+//      ends the retention (a waiter it shows is handed the lock).
 //
 //  (8) No two leases share a token. Every grant reports the lease ordinal
 //      of our node: 0 for the first, one more for each re-take (counted
@@ -255,6 +259,8 @@ class LockMachine {
   void on_children_changed(const MachineEvent& ev, Commands& out);
   void on_retake(const MachineEvent& ev, Commands& out);
   void end_retention(Commands& out);  // the real release of a retained node
+  void confirm_retained(Commands& out);  // invariant (7), retained
+  void on_confirmation(const MachineEvent& ev, const Listing& listing, Commands& out);
   void release_done(Commands& out);   // our node is gone: releasing/ending -> released
   bool nobody_queued() const { return children_.state == Watch::quiet; }
   void void_retake(std::string why, Commands& out);
@@ -291,6 +297,7 @@ class LockMachine {
   std::uint32_t creates_ = 0;
   std::uint64_t tag_ = 0;
   std::uint64_t create_tag_ = 0, record_tag_ = 0, remove_tag_ = 0;
+  std::uint64_t confirm_tag_ = 0;  // a retained node's confirming listing, while out
   std::int64_t leases_ = 0;  // grants of our node so far: the next lease's ordinal (invariant 8)
   std::uint64_t confirmations_ = 0;  // confirmations()
 };

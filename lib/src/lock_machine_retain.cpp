@@ -10,6 +10,7 @@ namespace zklock::detail {
 namespace {
 
 using Out = MachineOutcome::Kind;
+using Req = MachineRequest::Kind;
 
 }  // namespace
 
@@ -58,6 +59,28 @@ void LockMachine::on_retake(const MachineEvent& ev, Commands& out) {
   } else {
     grant();  // the same node, the next lease ordinal (invariant 8)
   }
+}
+
+// Invariant (7) for a retained node: a re-take counts on the quiet children
+// watch only within the watchdog's period of a listing that showed the node,
+// so a node in use is listed before that runs out (the shell times it):
+// one read per period, where a stale re-take would cost a release, its
+// marker and a fresh acquisition. The watch it sets is the shared one
+// (the shell batches listings); the watch we count on stays as it was.
+void LockMachine::confirm_retained(Commands& out) {
+  if (link_ != Link::up || confirm_tag_ != 0) return;
+  confirm_tag_ = next_tag();
+  send(out, Req::list_watch, confirm_tag_);
+}
+
+// The node alone in the listing: confirmed (note_listing counted it).
+// Anything else — a waiter the watch did not report, our node gone, no
+// answer — ends the retention; a waiter is handed the lock.
+void LockMachine::on_confirmation(const MachineEvent& ev, const Listing& listing, Commands& out) {
+  note_listing(ev, listing);
+  if (phase_ != Phase::retained || ev.rc == Rc::connection_loss) return;  // a re-take took it first; or asked again
+  const bool alone = ev.rc == Rc::ok && listing.nodes.size() == 1 && listing.nodes.front().node.name == own_.name;
+  if (!alone) end_retention(out);
 }
 
 // The re-take cannot be local: release for real (the remove goes out before
