@@ -52,6 +52,9 @@ void World::close_client(int s, int c, bool expired) {
   Server& sv = servers_[static_cast<std::size_t>(s)];
   sv.clients.erase(c);
   sv.fifo.erase(c);
+  for (auto* table : {&sv.data_watches, &sv.child_watches}) {
+    for (auto& [path, ws] : *table) std::erase_if(ws, [c](const auto& w) { return w.first == c; });
+  }
   send_close(s, c, [this, c, expired] { on_client_closed(c, expired); });
   reset_view(s, c);
 }

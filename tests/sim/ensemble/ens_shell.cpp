@@ -48,12 +48,22 @@ void World::shell_tick(ClientState& cl) {
     ++res_.c.watchdogs;
     feed(id, MachineEvent{EvKind::watchdog});
   }
-  if (cl.want == Want::holding && cl.active >= 0 && t >= cl.hold_until) {
+  if (cl.want == Want::acquiring && cl.active >= 0 && cl.give_up_at > 0 && t >= cl.give_up_at) {
+    cl.give_up_at = 0;
+    MachineEvent ev{EvKind::cancel};
+    ev.errc = Errc::timeout;
+    ev.detail = "the acquisition timed out";
+    feed(cl.active, std::move(ev));
+  } else if (cl.want == Want::holding && cl.active >= 0 && t >= cl.hold_until) {
     release_lease(cl, cl.active);
   } else if (cl.want == Want::idle && t >= cl.idle_until) {
     const bool same = cl.retained >= 0 && shell_rng_.chance(700);
     cl.lock = same ? machines_[static_cast<std::size_t>(cl.retained)].lock : static_cast<int>(shell_rng_.below(locks_.size()));
     cl.want = Want::acquiring;
+    // While the faults run, a third of the acquisitions have a deadline.
+    cl.give_up_at = now_ < cfg_.fault_time && shell_rng_.chance(333)
+                        ? t + cfg_.timeout / 2 + static_cast<Micros>(shell_rng_.below(static_cast<std::uint64_t>(3 * cfg_.timeout)))
+                        : 0;
     if (cl.retained >= 0 && machines_[static_cast<std::size_t>(cl.retained)].lock == cl.lock) {
       const int r = std::exchange(cl.retained, -1);
       EnsMachine& m = machines_[static_cast<std::size_t>(r)];

@@ -106,6 +106,7 @@ struct ClientState {
   int retained = -1;             // a machine whose node is kept idle
   Micros retain_until = 0;       // local
   Micros hold_until = 0, idle_until = 0;  // local
+  Micros give_up_at = 0;         // local: the acquisition's deadline (0: none), then cancel
   Micros last_handout = -1;      // real
   std::vector<int> ms;           // machines of this client, not finished
 };

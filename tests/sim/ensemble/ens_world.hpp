@@ -34,16 +34,11 @@
 //     killed, client connections cut or silenced, clients paused; and, apart
 //     from them, revocations (a holder's node deleted with its record, as the
 //     detector does).
-// Each client runs the library's own validity rule (lib/src/validity_rule.hpp)
-// on its committed writes, with heartbeats as the library sends them, and
-// runs real LockMachines on Config::locks locks (ens_shell.cpp: the events
-// the library's shell would feed, within_bound from the rule's bound on the
-// client's clock; retained leases and re-takes). Rule::sync_pairing is an
-// older rule of the library: any leader-ordered answer (sync, or a write)
-// paired with one a period later. Rule::chain_unanchored is the chain rule
-// without its anchor: every chain counts, however late its k came back.
-// Config::bypass_proving is the old shell's mistake: every event claims the
-// bound covers now, so a grant is handed out without its proof.
+// Each client runs the library's validity rule (lib/src/validity_rule.hpp)
+// on its committed writes, heartbeats as the library sends them, and real
+// LockMachines on Config::locks locks (ens_shell.hpp). Rule::sync_pairing is
+// an older rule (any leader-ordered answer paired with one a period later);
+// Rule::chain_unanchored, the chain rule without its anchor.
 //
 // Checked after every step that could break them:
 //   V1  a lease is handed out while no other client's lease on the lock
@@ -88,17 +83,14 @@ struct Config {
   // 0: chosen from the seed (see ens_world.cpp, kShapes).
   Micros tick = 0, timeout = 0;
   int sync_limit = 0;
-  // The longest stall of the leader's expiry thread between polling a
-  // session and marking it closing (real time). -1: a quarter tick, the most
-  // the rule assumes (ValidityParams::expiry_stall); 0: one atomic step.
+  // The leader's longest poll-to-mark stall (real time). -1: a quarter tick,
+  // as the rule assumes (ValidityParams::expiry_stall); 0: one atomic step.
   Micros expiry_stall = -1;
-  // Fault kinds drawn from (ens_faults.cpp): 9; 8 leaves out the newest, a
-  // follower's stream to the leader held, as the model was before it.
-  int fault_kinds = 9;
+  int fault_kinds = 9;  // ens_faults.cpp; 8 leaves out the newest (a follower's stream held)
   Micros fault_time = 60 * kSec;  // faults during this; then a fault-free tail
   bool revocations = true;        // the detector revokes a holder now and then while faults run
-  // Test only: the shell hands out every grant at once, as if its clock
-  // always said the bound covers now (the old shell's hand-out bug).
+  // Test only: every event claims the bound covers now, so a grant is handed
+  // out without its proof (the old shell's hand-out bug).
   bool bypass_proving = false;
   bool print_trace = false;
   std::size_t trace_keep = 60;
