@@ -139,7 +139,7 @@ Answer World::apply_node_txn(Server& sv, const Txn& t, std::vector<std::pair<std
       if (it != sv.tree.end()) {
         ZNode& rec = sv.tree["/zklock/revocations/" + leaf_of(path)];
         rec.czxid = rec.mzxid = zxid;
-        rec.data = "revoked by the simulated detector";
+        rec.data = t.op.data;
         sv.tree["/zklock/revocations"].children.insert(leaf_of(path));
         remove(path);
       }

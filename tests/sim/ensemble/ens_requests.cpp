@@ -3,6 +3,7 @@
 #include <string>
 
 #include "ens_world.hpp"
+#include "zklock/protocol/revocation.hpp"
 
 namespace zklock::ensim {
 
@@ -192,6 +193,12 @@ void World::revoke_one() {
     if (heads.empty()) return;
     Txn t{0, TxnKind::revoke_node, 0, -1, 0};
     t.op.path = heads[shell_rng_.below(heads.size())];
+    protocol::RevocationRecord rec;
+    rec.victim_node = t.op.path;
+    rec.policy = "operator";
+    rec.detector = "ensemble-sim";
+    rec.reason = "simulated revocation";
+    t.op.data = protocol::encode_revocation_record(rec);
     trace("detector revokes " + t.op.path);
     propose(L.id, std::move(t));
     return;
