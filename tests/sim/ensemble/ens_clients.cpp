@@ -115,6 +115,7 @@ void World::on_connected(int c, std::uint64_t req, std::uint64_t session, bool e
     cl.bound = *cl.session_asked + cfg_.timeout - m;  // the leader created it after we first asked
     cl.have_bound = true;
     cl.lapse_told = false;
+    arm_lapse(cl);
   }
   trace("c" + std::to_string(c) + " connected to s" + std::to_string(cl.server) + ", session " + std::to_string(cl.session));
   // setWatches goes first on the new connection, then what the machines resend.
@@ -123,7 +124,10 @@ void World::on_connected(int c, std::uint64_t req, std::uint64_t session, bool e
   const int s = cl.server;
   const auto seen = cl.last_zxid;
   if (!ws.empty()) send(c, s, [this, s, c, seen, ws = std::move(ws)] { set_watches(s, c, seen, ws); });
-  if (!fresh) session_event(cl, EvKind::reconnected, cl.session);
+  if (!fresh) {
+    lapse_check(cl);  // a lapse is reported before the reconnected event
+    session_event(cl, EvKind::reconnected, cl.session);
+  }
   const auto attempt = cl.attempt;
   client_tick(c, attempt);
 }
@@ -239,11 +243,24 @@ void World::raise_bound(ClientState& cl, int kind, Micros sent, Micros answered)
   const bool from_past = cl.bound <= answered;
   cl.bound = *candidate;
   cl.lapse_told = false;
+  arm_lapse(cl);
   if (from_past) session_event(cl, EvKind::validity_proven, cl.session);
 }
 
 bool World::within_bound(const ClientState& cl) const {
   return cl.session != 0 && cl.have_bound && local(cl.id) < cl.bound;
+}
+
+// The library's lapse timer: validity_expired when the bound passes,
+// connected or not (a later raise re-arms it).
+void World::arm_lapse(ClientState& cl) {
+  const int c = cl.id;
+  const auto session = cl.session;
+  const Micros bound = cl.bound;
+  at_local(c, std::max<Micros>(bound - local(c), 0), [this, c, session, bound] {
+    ClientState& cl2 = client_of(clients_, c);
+    if (cl2.session == session && cl2.bound == bound) lapse_check(cl2);
+  });
 }
 
 // validity_expired, once per lapse, to the session's machines.

@@ -301,6 +301,7 @@ class World {
   void raise_bound(ClientState& cl, int kind, Micros sent, Micros answered);
   bool within_bound(const ClientState& cl) const;
   void lapse_check(ClientState& cl);
+  void arm_lapse(ClientState& cl);
   void new_session(ClientState& cl);
   void connection_lost(ClientState& cl);
 
