@@ -15,6 +15,7 @@
 
 #include "detector/daemon.hpp"
 #include "floor.hpp"
+#include "listing_floor.hpp"
 #include "platform_parts.hpp"
 #include "scenarios.hpp"
 #include "zklock/protocol/node_data.hpp"
@@ -130,6 +131,20 @@ Figures detector_at_scale(const Env& env, const Sizes& s) {
                               static_cast<std::size_t>(s.detector_waiters) + 4 * static_cast<std::size_t>(s.detector_cycles);
   settle(env);
 
+  // The floor of the load, on the same tree just before it: a bare loader
+  // listing every directory with a watch, on one session and on several.
+  // A first pass is not counted: it pays the server's JIT warm-up.
+  listing_floor(env, root, s.detector_floor_sessions);
+  settle(env);
+  const auto floor1 = listing_floor(env, root, 1);
+  env.log("detector: listing floor, 1 session: " + std::to_string(floor1.listings) + " listings in " +
+          std::to_string(floor1.seconds) + " s");
+  settle(env);
+  const auto floor_n = listing_floor(env, root, s.detector_floor_sessions);
+  env.log("detector: listing floor, " + std::to_string(s.detector_floor_sessions) + " sessions: " +
+          std::to_string(floor_n.seconds) + " s");
+  settle(env);
+
   detector::DetectorConfig cfg;
   cfg.zk = env.connect;
   cfg.root = root;
@@ -138,6 +153,7 @@ Figures detector_at_scale(const Env& env, const Sizes& s) {
   cfg.min_wait = milliseconds(500);
   cfg.resync_interval = std::chrono::hours(1);
   if (s.detector_inflight > 0) cfg.mirror_max_inflight = static_cast<std::size_t>(s.detector_inflight);
+  if (s.detector_load_sessions > 0) cfg.mirror_load_sessions = static_cast<std::size_t>(s.detector_load_sessions);
   cfg.dry_run = true;  // report, never revoke: the planted cycles stay for every scan
   cfg.id = "zklock-bench";
   cfg.log = spdlog::default_logger();
@@ -208,11 +224,18 @@ Figures detector_at_scale(const Env& env, const Sizes& s) {
   const std::string sc = "detector (" + std::to_string(s.detector_dirs * s.detector_locks_per_dir) + " held, " +
                          std::to_string(s.detector_waiters) + " waiting, " + std::to_string(s.detector_cycles) +
                          " cycles)";
+  const auto per_k = [](double cpu, double reads) { return reads > 0 ? cpu * 1e6 / reads : kNone; };  // ms per 1,000
+  const std::string fn = std::to_string(s.detector_floor_sessions) + " sessions";
   return {
-      {sc, "mirror load time", "s", load_s, kNone, {}},
-      {sc, "mirror load reads", "", double(load_ops), kNone, {}},
+      {sc, "mirror load time (floor: bare listing, 1 session)", "s", load_s, floor1.seconds, {}},
+      {sc, "mirror load time (floor: bare listing, " + fn + ")", "s", load_s, floor_n.seconds, {}},
+      {sc, "mirror load reads (floor: listings)", "", double(load_ops), double(floor1.listings), {}},
+      {sc, "server CPU per 1,000 load reads (floor: 1 session)", "ms", per_k(load_server_cpu, double(load_ops)),
+       per_k(floor1.server_cpu, double(floor1.listings)), {}},
+      {sc, "server CPU per 1,000 load reads (floor: " + fn + ")", "ms", per_k(load_server_cpu, double(load_ops)),
+       per_k(floor_n.server_cpu, double(floor_n.listings)), {}},
       {sc, "mirror load: bench process CPU (detector + planter)", "s", load_cpu, kNone, {}},
-      {sc, "mirror load: server CPU", "s", load_server_cpu, kNone, {}},
+      {sc, "mirror load: server CPU (floor: 1 session)", "s", load_server_cpu, floor1.server_cpu, {}},
       {sc, "mirror sessions after load", "", double(sessions), kNone, {}},
       {sc, "steady scan p50", "ms", median(scan_ms), kNone, Target::value_le(200)},
       {sc, "steady scan max", "ms", *std::max_element(scan_ms.begin(), scan_ms.end()), kNone, {}},

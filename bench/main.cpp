@@ -5,6 +5,10 @@
 //   zklock-bench [--quick] [--runs N] [--connect HOST:PORT] [--only a,b]
 //                [--json FILE] [--detector-dirs N] [--detector-locks-per-dir N]
 //                [--drain 100,1000,5000] [--restart-dirs N]
+//                [--detector-load-sessions N] [--detector-floor-sessions N]
+//
+// After each scenario's run its tree (env.root) is deleted: the next run
+// starts on a clean server.
 //
 // Without --connect a standalone ZooKeeper is started for the run through
 // the test harness (tests/support/zk_harness.hpp) and stopped at the end.
@@ -26,6 +30,8 @@
 
 #include "platform.hpp"
 #include "scenarios.hpp"
+#include "zk_harness.hpp"
+#include "zk_tree.hpp"
 
 namespace zb = zklock::bench;
 using nlohmann::json;
@@ -122,6 +128,22 @@ std::string num(double v) {
   return buf;
 }
 
+// Deletes a run's tree once its scenario is done, so the next run starts on
+// a clean server: left in place, its empty lock paths (containers) would be
+// reaped by the server's container manager during the next run, whose
+// writes-per-grant figures would then count those deletes too.
+void delete_run_tree(const zb::Env& env) {
+  try {
+    auto h = zklock::test::ZkHandle::connect(env.connect, std::chrono::seconds(30));
+    const auto d = zklock::test::delete_subtree(h.get(), env.root, std::chrono::seconds(120));
+    env.log("cleanup: deleted " + std::to_string(d.deleted) + " nodes of " + env.root + " in " + num(d.seconds) +
+            " s (" + std::to_string(d.gone) + " already gone" +
+            (d.complete() ? ")" : ", " + std::to_string(d.failed) + " NOT deleted)"));
+  } catch (const std::exception& e) {
+    env.log(std::string("cleanup: ") + e.what());
+  }
+}
+
 json jnum(double v) { return std::isnan(v) ? json(nullptr) : json(v); }
 
 // Medians over runs, per figure, in first-seen order.
@@ -140,7 +162,7 @@ int main(int argc, char** argv) {
   int runs = 0;
   std::string connect, json_file, only;
   std::vector<int> drain_sizes;
-  int det_dirs = 0, det_locks = 0, det_waiters = -1, det_inflight = 0;
+  int det_dirs = 0, det_locks = 0, det_waiters = -1, det_inflight = 0, det_load_sessions = 0, det_floor_sessions = 0;
   app.add_flag("--quick", quick, "small counts, one run (CI: keeps the tool from rotting)");
   app.add_option("--runs", runs, "runs per scenario; medians are reported (default 3, --quick 1)");
   app.add_option("--connect", connect, "use this server (host:port, mntr allowed) instead of starting one");
@@ -153,6 +175,8 @@ int main(int argc, char** argv) {
   app.add_option("--detector-locks-per-dir", det_locks, "detector: held locks per directory (default 500)");
   app.add_option("--detector-waiters", det_waiters, "detector: waiting nodes (default 1000)");
   app.add_option("--detector-inflight", det_inflight, "detector: the mirror's reads outstanding (default: the detector's, 256)");
+  app.add_option("--detector-load-sessions", det_load_sessions, "detector and platform: the mirror's load sessions (default: the detector's)");
+  app.add_option("--detector-floor-sessions", det_floor_sessions, "detector: the listing floor's parallel sessions (default 4)");
   int restart_dirs = 0;
   app.add_option("--restart-dirs", restart_dirs, "restart: lock dirs, one held node each (default 100000)");
   app.add_flag("-v,--verbose", verbose, "log zklock and detector info messages");
@@ -170,6 +194,8 @@ int main(int argc, char** argv) {
     if (det_locks > 0) sizes.detector_locks_per_dir = det_locks;
     if (det_waiters >= 0) sizes.detector_waiters = det_waiters;
     if (det_inflight > 0) sizes.detector_inflight = det_inflight;
+    if (det_load_sessions > 0) sizes.detector_load_sessions = det_load_sessions;
+    if (det_floor_sessions > 0) sizes.detector_floor_sessions = det_floor_sessions;
     if (restart_dirs > 0) sizes.restart_dirs = restart_dirs;
     if (runs <= 0) runs = quick ? 1 : 3;
     std::vector<std::string> selected;
@@ -245,6 +271,7 @@ int main(int argc, char** argv) {
           it->second.ratio.push_back(f.zklock / f.floor);
         }
         std::cerr << "  " << name << ": " << num(zb::seconds(zb::Clock::now() - started)) << " s\n";
+        delete_run_tree(env);
       }
     }
     info["loadavg_at_end"] = loadavg();

@@ -124,7 +124,7 @@ Figures platform(const Env& env, const Sizes& s) {
   const std::size_t lock_paths = static_cast<std::size_t>(per_proc) * p.processes * (1 + p.held) + p.hot_locks;
 
   // 3. The detector, started on the full tree: its mirror load.
-  DetectorRun detector(env, root);
+  DetectorRun detector(env, root, s.detector_load_sessions);
   const auto load = detector.wait_loaded(nodes, 600s);
   env.log("platform: detector loaded " + std::to_string(nodes) + " nodes in " + std::to_string(load.seconds) + " s");
 

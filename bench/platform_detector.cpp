@@ -58,11 +58,13 @@ double proc_rss_mb(pid_t pid) {
   return kb < 0 ? kNone : static_cast<double>(kb) / 1024.0;
 }
 
-DetectorRun::DetectorRun(const Env& env, const std::string& root) : port_(test::free_loopback_port()) {
+DetectorRun::DetectorRun(const Env& env, const std::string& root, int load_sessions)
+    : port_(test::free_loopback_port()) {
   log_ = (std::filesystem::temp_directory_path() / ("zklock-bench-detector-" + std::to_string(::getpid()) + ".log")).string();
   test::SpawnOptions so;
   so.argv = {ZKLOCK_DETECTOR_BINARY, "--zk", env.connect, "--root", root, "--interval", "1s",
              "--metrics-host", "127.0.0.1", "--metrics-port", std::to_string(port_), "--log-level", "warn"};
+  if (load_sessions > 0) so.argv.insert(so.argv.end(), {"--load-sessions", std::to_string(load_sessions)});
   so.output_file = log_;
   so.capture_stdout = false;
   child_ = std::make_unique<test::ChildProcess>(test::ChildProcess::spawn(so));

@@ -31,7 +31,8 @@ double proc_rss_mb(pid_t pid);
 // its metrics scraped from --metrics-port on loopback.
 class DetectorRun {
  public:
-  DetectorRun(const Env& env, const std::string& root);
+  // load_sessions: the daemon's --load-sessions; 0 leaves its default.
+  DetectorRun(const Env& env, const std::string& root, int load_sessions = 0);
   ~DetectorRun();
   struct Load {
     double seconds = kNone;  // from spawn until the mirror holds every node, no read pending

@@ -49,6 +49,8 @@ struct Sizes {
   int detector_waiters = 1000;
   int detector_cycles = 10;
   int detector_inflight = 0;  // the mirror's reads outstanding; 0: the detector's default
+  int detector_load_sessions = 0;  // the mirror's load sessions; 0: the detector's default
+  int detector_floor_sessions = 4;  // the listing floor's parallel sessions (it also runs on one)
   int detector_scan_contended = 100;  // detector-scan: queues with a holder and a waiter
   // Restart at scale (restart.cpp): lock dirs, one held node each.
   int restart_dirs = 100000;

@@ -264,15 +264,14 @@ int run_exec(const Context& ctx, const ExecOptions& o) {
   if (result.error) {
     const Error& e = *result.error;
     if (interrupted != 0) throw CliError(128 + interrupted, "interrupted while waiting for " + lock_path);
-    switch (e.code()) {
-      case Errc::timeout:
-        throw CliError(exit_code::timeout,
-                       "timed out after " + format_duration(*timeout) + " waiting for " + lock_path);
-      case Errc::deadlock_victim:
-        throw CliError(exit_code::deadlock_victim, "deadlock victim waiting for " + lock_path + ": " + victim_detail(e));
-      default:
-        throw e;
+    // Two codes get their own message; every other one passes through.
+    if (e.code() == Errc::timeout) {
+      throw CliError(exit_code::timeout, "timed out after " + format_duration(*timeout) + " waiting for " + lock_path);
     }
+    if (e.code() == Errc::deadlock_victim) {
+      throw CliError(exit_code::deadlock_victim, "deadlock victim waiting for " + lock_path + ": " + victim_detail(e));
+    }
+    throw e;
   }
   Lease lease = std::move(result.lease);
   if (interrupted != 0) {

@@ -41,19 +41,12 @@ int exit_code_for(Errc code) noexcept {
       code == Errc::ssl_connection_error) {
     return exit_code::unavailable;
   }
-  switch (code) {
-    case Errc::invalid_argument:
-    case Errc::bad_arguments:
-      return exit_code::usage;
-    case Errc::no_node:
-      return exit_code::no_such;
-    case Errc::deadlock_victim:
-      return exit_code::deadlock_victim;
-    case Errc::timeout:
-      return exit_code::timeout;
-    default:
-      return exit_code::failure;
-  }
+  // A few codes have a documented exit code of their own; the rest are failures.
+  if (code == Errc::invalid_argument || code == Errc::bad_arguments) return exit_code::usage;
+  if (code == Errc::no_node) return exit_code::no_such;
+  if (code == Errc::deadlock_victim) return exit_code::deadlock_victim;
+  if (code == Errc::timeout) return exit_code::timeout;
+  return exit_code::failure;
 }
 
 void add_global_options(CLI::App& app, GlobalOptions& g) {
@@ -259,15 +252,12 @@ std::unique_ptr<Client> connect(const GlobalOptions& g) {
   try {
     return std::make_unique<Client>(o);
   } catch (const Error& e) {
-    switch (e.code()) {
-      case Errc::connect_timeout:
-        throw CliError(exit_code::unavailable, "ZooKeeper at " + g.zk + " not reachable within " +
-                                                   format_duration(o.connect_timeout));
-      case Errc::invalid_argument:
-        throw CliError(exit_code::usage, std::string("--zk: ") + e.what());
-      default:
-        throw CliError(exit_code_for(e.code()), std::string("cannot open a ZooKeeper session: ") + e.what());
+    if (e.code() == Errc::connect_timeout) {
+      throw CliError(exit_code::unavailable,
+                     "ZooKeeper at " + g.zk + " not reachable within " + format_duration(o.connect_timeout));
     }
+    if (e.code() == Errc::invalid_argument) throw CliError(exit_code::usage, std::string("--zk: ") + e.what());
+    throw CliError(exit_code_for(e.code()), std::string("cannot open a ZooKeeper session: ") + e.what());
   }
 }
 

@@ -54,6 +54,7 @@ Daemon::Daemon(DetectorConfig config) : config_(std::move(config)) {
   mo.root = config_.root;
   mo.max_children = config_.max_children;
   mo.max_inflight = config_.mirror_max_inflight;
+  mo.load_sessions = config_.mirror_load_sessions;
   mo.log = log_;
   const auto min_wait = config_.min_wait;
   mo.on_node_added = [this, min_wait](const std::string&, std::int64_t ctime_ms) {

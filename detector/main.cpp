@@ -147,6 +147,10 @@ int main(int argc, char** argv) {
                  "Watched path bytes per ZooKeeper session; the mirror opens more sessions beyond it "
                  "(keep it below the servers' jute.maxbuffer)")
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30))->capture_default_str();
+  app.add_option("--load-sessions", cfg.mirror_load_sessions,
+                 "ZooKeeper sessions the mirror lists and watches through from the start; its load runs on "
+                 "them in parallel")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{64}))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   cfg.interval = *parse_duration(interval);

@@ -30,6 +30,18 @@ void Mirror::start() {
     core_->sessions[0]->listener = listener;
   }
   opener_ = std::thread([core = core_] { core->open_sessions(); });
+  {
+    // The load's directories are spread over the load sessions only if they
+    // are open when it starts; a session that is late gets the directories
+    // met after it opens.
+    std::unique_lock lock(core_->mu);
+    const auto want = core_->opt.load_sessions;
+    if (!core_->session_cv.wait_for(lock, core_->client.options().connect_timeout,
+                                    [&] { return core_->stopped || core_->sessions.size() >= want; })) {
+      core_->log->warn("mirror: {} of {} load sessions open after {} ms; loading on those", core_->sessions.size(),
+                       want, core_->client.options().connect_timeout.count());
+    }
+  }
   core_->restart_all(Core::Restart::start);
 }
 

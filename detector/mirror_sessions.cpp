@@ -16,20 +16,22 @@ std::size_t Mirror::Core::watch_cost(const std::string& path) const {
   return path == opt.root ? 2 * one : one;
 }
 
-// First fit: the lowest-numbered session with room, so the Client the
-// mirror was given fills first and room freed by deletions is used again.
-// An empty session takes any Dir, so no Dir waits forever.
+// The least-filled session with room (the lowest-numbered among equals), so
+// a load spreads its directories, and so its listings, over every open
+// session, and room freed by deletions is used again. An empty session
+// takes any Dir, so no Dir waits forever.
 bool Mirror::Core::assign_session(const std::string& path, Dir& d) {
   const auto cost = watch_cost(path);
+  auto best = kNoSession;
   for (std::uint32_t i = 0; i < sessions.size(); ++i) {
-    auto& s = *sessions[i];
-    if (s.bytes + cost <= budget || s.bytes == 0) {
-      s.bytes += cost;
-      d.session = i;
-      return true;
-    }
+    const auto& s = *sessions[i];
+    if (s.bytes + cost > budget && s.bytes != 0) continue;
+    if (best == kNoSession || s.bytes < sessions[best]->bytes) best = i;
   }
-  return false;
+  if (best == kNoSession) return false;
+  sessions[best]->bytes += cost;
+  d.session = best;
+  return true;
 }
 
 void Mirror::Core::release_dir(const std::string& path, const Dir& d) {
@@ -132,7 +134,7 @@ void Mirror::Core::on_connected(std::uint32_t index) {
 void Mirror::Core::open_sessions() {
   std::unique_lock lock(mu);
   for (;;) {
-    session_cv.wait(lock, [&] { return stopped || want_session; });
+    session_cv.wait(lock, [&] { return stopped || want_session || sessions.size() < opt.load_sessions; });
     if (stopped) return;
     const auto index = static_cast<std::uint32_t>(sessions.size());  // only this thread adds sessions
     lock.unlock();
@@ -160,7 +162,8 @@ void Mirror::Core::open_sessions() {
     s->epoch = epoch;
     sessions.push_back(std::move(s));
     want_session = false;
-    log->info("mirror: opened watch session {} (the others are within {} bytes of watched paths)", index, budget);
+    session_cv.notify_all();  // start() may be waiting for the load sessions
+    log->info("mirror: opened watch session {} (budget {} bytes of watched paths each)", index, budget);
     unpark();
     lock.unlock();
     pump();

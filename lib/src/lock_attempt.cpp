@@ -1,24 +1,18 @@
 // LockAttempt's lifecycle: start, each event through the machine, outcomes out, and the attempt's end.
-//
-// The shell around the recipe's state machine (lock_attempt.hpp says how
-// it is cut): decisions live in lock_machine*.cpp, requests and answers in
-// lock_attempt_io.cpp, the Lease's calls in lock_attempt_lease.cpp and
-// retained leases in lock_attempt_retain.cpp.
 #include "lock_attempt.hpp"
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <future>
 #include <utility>
 
 #include "attempt_tables.hpp"
+#include "lock_front.hpp"
 #include "zklock/protocol/node_data.hpp"
 
 namespace zklock::detail {
 namespace {
 
-using Kind = MachineEvent::Kind;
 using Out = MachineOutcome::Kind;
 
 // make_shared adds a 16-byte header; glibc's thread cache takes up to 1,032.
@@ -160,7 +154,8 @@ void LockAttempt::begin() {
       const auto& r = self->req_;
       self->machine_ = std::make_unique<LockMachine>(MachineConfig{
           r.mode, self->guid_, self->holder(), self->epoch_, r.lock_path, r.retain > std::chrono::milliseconds::zero(),
-          r.mode == Mode::exclusive ? seen_before(self->impl_, r.lock_path) : LockHistory::contended});
+          r.mode == Mode::exclusive ? self->impl_->attempt_tables->history.seen_before(r.lock_path)
+                                    : LockHistory::contended});
       self->execute_locked(self->machine_->start());
     });
   };
@@ -173,35 +168,34 @@ void LockAttempt::begin() {
 
 void LockAttempt::feed(MachineEvent ev) {
   locked([&] {
-    // A listing that shows our node: what a re-take's `confirmed` is
-    // measured from (retaining attempts only; their queues are short).
-    if (ev.kind == Kind::listed && ev.rc == Rc::ok && ev.listing && machine_ &&
-        req_.retain > std::chrono::milliseconds::zero() && !machine_->node_name().empty()) {
-      const auto& nodes = ev.listing->nodes;
-      if (std::any_of(nodes.begin(), nodes.end(), [&](const QueueEntry& e) { return e.node.name == machine_->node_name(); }))
-        confirmed_at_ = Clock::now();
-    }
     if (machine_) {
       step_locked(std::move(ev));
-    } else if (ev.kind == Kind::cancel && done_) {  // before the ensemble id arrived: nothing was sent
+    } else if (ev.kind == Kind::cancel && done_) {  // before the ensemble id arrived: nothing was sent, no machine
       deliver_locked(Error(ev.errc, ev.detail));
     }
   });
 }
 
 // The clock's verdict goes with every event (lock_machine.hpp, invariant 9):
-// the bound of our session only, read consistently (valid_until_of).
+// the bound of our session only, read consistently (valid_until_of). A
+// re-take's `confirmed` is timed from the latest listing the machine says
+// showed our node.
 void LockAttempt::step_locked(MachineEvent ev) {
   ev.within_bound = Clock::now() < impl_->valid_until_of(epoch_);
   ev.no_bound = impl_->validity_refused();
+  const auto confirmations = machine_->confirmations();
   execute_locked(machine_->step(ev));
+  if (machine_->confirmations() != confirmations) confirmed_at_ = Clock::now();
 }
 
-// REQUIRES mu_. The acquisition's outcome when it is an error.
-void LockAttempt::deliver_locked(Error error) {
+LockAttempt::Done LockAttempt::end_locked() {
   finish_locked();
   impl_->defer([keep = std::move(pending_self_)] {});  // outlive whoever called us
-  if (auto done = std::exchange(done_, nullptr)) {
+  return std::exchange(done_, nullptr);
+}
+
+void LockAttempt::deliver_locked(Error error) {
+  if (auto done = end_locked()) {
     outbox_.push_back([done = std::move(done), error = std::move(error)] { done(AcquireResult{Lease(), error}); });
   }
 }
@@ -210,7 +204,7 @@ void LockAttempt::execute_locked(LockMachine::Commands cmds) {
   for (const auto& r : cmds.requests) send_locked(r);
   for (const auto& o : cmds.outcomes) report_locked(o);
   const auto phase = machine_->phase();
-  if (idle_listed_ && phase != LockMachine::Phase::retained) unlist_idle_locked();
+  if (phase != LockMachine::Phase::retained) unlist_idle_locked();
   // Invariant (3): once released or failed, nobody need hold the attempt
   // (release_async's caller drops its Lease at once), yet the remove in
   // flight must still be answered, retried after a reconnect, and reported.
@@ -239,8 +233,7 @@ void LockAttempt::report_locked(const MachineOutcome& c) {
       }
       token_ = std::move(token_).with_ordinal(c.ordinal);
       ++grant_;
-      end_acquiring_locked();
-      stop_watchdog_locked();
+      end_wait_locked();
       if (grant_ > 1) {
         // A re-take: the earlier lease's token and callbacks stay quiet (its
         // release dropped the callbacks already; this keeps it so whatever
@@ -248,8 +241,6 @@ void LockAttempt::report_locked(const MachineOutcome& c) {
         lost_source_ = std::stop_source();
         if (!lost_cbs_.empty()) outbox_.push_back([cbs = std::exchange(lost_cbs_, {})] {});
       }
-      if (timer_ != 0) impl_->cancel(timer_);
-      timer_ = 0;
       if (impl_->opts.observer) handed_out_at_ = Clock::now();
       if (auto done = std::exchange(done_, nullptr)) {
         outbox_.push_back([done = std::move(done), self = std::move(pending_self_)] {
@@ -301,24 +292,20 @@ void LockAttempt::keep_alive_while_cleaning() {
                                          });
 }
 
-void LockAttempt::finish_locked() {
+void LockAttempt::end_wait_locked() {
   end_acquiring_locked();
-  stop_watchdog_locked();
-  if (timer_ != 0) impl_->cancel(timer_);
-  timer_ = 0;
+  drop_timer(watchdog_timer_);
+  drop_timer(timer_);
+}
+
+void LockAttempt::finish_locked() {
+  end_wait_locked();
   impl_->unwatch(std::exchange(blocker_watch_, {}));
-  if (registered_) {
-    auto& t = *impl_->attempt_tables;
-    std::lock_guard lk(t.mu);
-    t.live.erase(live_key());
-    registered_ = false;
-  }
+  if (std::exchange(registered_, false)) impl_->attempt_tables->owners.leave(req_.lock_path, owner_);
 }
 
 bool LockAttempt::enter_registry() {
-  auto& t = *impl_->attempt_tables;
-  std::lock_guard lk(t.mu);
-  registered_ = t.live.insert(live_key()).second;
+  registered_ = impl_->attempt_tables->owners.enter(req_.lock_path, owner_);
   return registered_;
 }
 

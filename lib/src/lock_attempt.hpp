@@ -7,17 +7,13 @@
 // validity bound and, for a release, with the owner's (invariant 6); and it
 // executes the MachineCommands that come back (requests to send, outcomes
 // to report). Whether a lease is handed out, kept idle or re-taken is the
-// machine's decision.
+// machine's decision; no branch here makes it.
 //
-// Files: lock_attempt.cpp (lifecycle: start, feed, outcomes, the end),
-// lock_attempt_io.cpp (requests out, answers and watches in),
-// lock_attempt_lease.cpp (the Lease's calls, release),
-// lock_attempt_retain.cpp (retained leases: the slot, the re-take, the
-// owner's idle nodes), lock_attempt_watchdog.cpp (the waiting watchdog's
-// timer), lock_attempt_observe.cpp (ClientOptions::observer) and
-// lock_attempt_front.cpp (a request's owner and holder, the per-lock
-// history). attempt_tables.hpp holds the per-client tables; listings go
-// through listing_batch.hpp; the front ends' helpers are lock_front.hpp.
+// Files: lock_attempt.cpp (start, feed, outcomes, the end), _io (requests
+// out, answers and watches in), _lease (the Lease's calls, release),
+// _retain (the slot, the re-take), _watchdog (the waiting watchdog's timer),
+// _observe (ClientOptions::observer). A request's owner: lock_front.cpp;
+// per-client tables: attempt_tables.hpp (owner_table.hpp, lock_history.hpp).
 //
 // Threads: events arrive on the ZooKeeper completion thread, the client's
 // timer thread and user threads; each is fed to the machine under `mu_`, and
@@ -46,11 +42,11 @@
 //      normal acquisition with the request's whole timeout (`fallback_`,
 //      set only during that call).
 //  (6) An owner with an acquisition under way in this client has no idle
-//      retained node in it (AttemptTables::owners): each non-re-take start
-//      ends the owner's idle retentions before its create is sent, and a
-//      release during one tells the machine it may not retain (may_retain).
-//      Its node in a queue is thus never a wait-for edge towards a node of
-//      its own that nobody holds (docs/detector.md, "Idle retained nodes").
+//      retained node in it (owner_table.hpp): each non-re-take start ends
+//      the owner's idle retentions before its create is sent, and a release
+//      during one tells the machine it may not retain (may_retain). Its node
+//      in a queue is thus never a wait-for edge towards a node of its own
+//      that nobody holds (docs/detector.md, "Idle retained nodes").
 //  (7) `done_` gets a Lease only from the machine's `granted`, which it
 //      reports only in a step whose event says the bound covers it
 //      (lock_machine.hpp, invariant 9): valid() is true when the caller gets
@@ -156,11 +152,11 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   void end_retention();
 
  private:
+  using Kind = MachineEvent::Kind;
   void begin();
   // One live attempt per owner, lock and client (the locks are not
   // re-entrant). REQUIRES !registered_; false when the owner has one.
   bool enter_registry();
-  std::string live_key() const { return req_.lock_path + '\n' + owner_; }  // AttemptTables::live
   // Retained leases. retake: false (and `done` untouched) unless this
   // attempt is retained idle for the same owner and options; then `done`
   // gets the re-take's lease, or the outcome of `fallback` (a normal
@@ -190,18 +186,21 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
     for (auto& f : after) f();
   }
   void deliver_locked(Error error);                 // REQUIRES mu_: the outcome is an error
+  Done end_locked();  // REQUIRES mu_: no grant; finished, and `done_` taken (empty if it ran)
   void step_locked(MachineEvent ev);                // REQUIRES mu_: with the clock's verdict, then executed
   void execute_locked(LockMachine::Commands cmds);  // REQUIRES mu_
   // The waiting watchdog (lock_machine.hpp, invariant 7): arms the timer for
-  // a wait on the blocker whose name hashes to `blocker`;
-  // stop_watchdog_locked() takes it back. REQUIRES mu_.
+  // a wait on the blocker whose name hashes to `blocker`. REQUIRES mu_.
   void arm_watchdog_locked(std::size_t blocker);
-  void stop_watchdog_locked();
+  void drop_timer(Client::Impl::TimerId& id) {  // REQUIRES mu_
+    if (id != 0) impl_->cancel(std::exchange(id, 0));
+  }
   void send_locked(const MachineRequest& c);        // REQUIRES mu_
   void report_locked(const MachineOutcome& c);      // REQUIRES mu_: an outcome
   bool start_release(std::uint64_t grant, std::function<void()> then);
   void keep_alive_while_cleaning();  // REQUIRES mu_
-  void finish_locked();              // REQUIRES mu_: unregisters timer and registry entry
+  void end_wait_locked();            // REQUIRES mu_: granted or over: the wait's timers and count go
+  void finish_locked();              // REQUIRES mu_: over: the blocker's watch and the registry entry go too
   // ClientOptions::observer, if any: released / lost, queued in outbox_ so
   // that they run unlocked (lock_attempt_observe.cpp). REQUIRES mu_.
   void observe_released_locked();
@@ -241,7 +240,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   Client::Impl::TimerId timer_ = 0;
   std::unique_ptr<std::stop_callback<std::function<void()>>> stop_cb_;
   bool registered_ = false;
-  bool acquiring_ = false;   // GUARDED_BY(mu_): counted in AttemptTables::owners (invariant 6)
+  bool acquiring_ = false;   // GUARDED_BY(mu_): counted in the OwnerTable (invariant 6)
   bool idle_listed_ = false; // GUARDED_BY(mu_): listed there as idle
   Clock::time_point handed_out_at_{};  // GUARDED_BY(mu_): the grant's hand-out, read only with an observer
   Client::Impl::TimerId keep_alive_timer_ = 0;  // GUARDED_BY(mu_): 0 unless keeping the attempt alive (invariant 3)
@@ -250,7 +249,7 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   Client::Impl::TimerId watchdog_timer_ = 0;  // GUARDED_BY(mu_)
   std::size_t watchdog_blocker_ = 0;          // GUARDED_BY(mu_)
   std::uint32_t watchdog_ms_ = 0;             // GUARDED_BY(mu_)
-  Clock::time_point confirmed_at_{};          // GUARDED_BY(mu_): the latest listing answered (a re-take's `confirmed`)
+  Clock::time_point confirmed_at_{};          // GUARDED_BY(mu_): the step whose listing showed our node (a re-take's `confirmed`)
   // The latest blocker's watch, taken back when the attempt ends before it
   // fires (Client::Impl::unwatch): a waiter that gives up leaves nothing on
   // the node it waited for.
@@ -259,19 +258,5 @@ class LockAttempt : public std::enable_shared_from_this<LockAttempt> {
   // in ZooKeeper's watch table. Cleared when the outcome is delivered.
   std::shared_ptr<LockAttempt> pending_self_;
 };
-
-// The owner a request acts for: its own, else the thread's OwnerScope, else
-// the client's default.
-std::string owner_for(const Client& client, const AcquireOptions& options);
-// Who a request acts for, as its node's data will say.
-Holder holder_for(const Client& client, const AttemptRequest& request);
-
-// What the last exclusive acquisition of a lock through a client found when
-// released (MachineConfig::history; the machine decides what follows from
-// it). Per client and lock, not per mutex object: code that makes a mutex
-// for each acquisition benefits too. A hint only (safety never depends on
-// it), forgotten wholesale past 4,096 locks.
-LockHistory seen_before(Client::Impl* impl, const std::string& lock_path);
-void remember_seen(Client::Impl* impl, const std::string& lock_path, bool contended);
 
 }  // namespace zklock::detail

@@ -6,14 +6,11 @@
 #include <future>
 #include <utility>
 
+#include "attempt_tables.hpp"
 #include "lock_attempt.hpp"
+#include "logged_call.hpp"
 
 namespace zklock::detail {
-namespace {
-
-using Kind = MachineEvent::Kind;
-
-}  // namespace
 
 std::pair<std::uint64_t, FencingToken> LockAttempt::current_grant() const {
   std::lock_guard lk(mu_);
@@ -25,31 +22,24 @@ std::stop_token LockAttempt::lost_token(std::uint64_t grant) const {
   return grant == grant_ ? lost_source_.get_token() : std::stop_token();
 }
 
+// Neither throws (a Lease's destructor releases): a failure is logged.
 void LockAttempt::release(std::uint64_t grant) noexcept {
-  try {
+  logged_call(*impl_->log, "releasing ", req_.lock_path, [&] {
     auto promise = std::make_shared<std::promise<void>>();
     auto future = promise->get_future();
     if (!start_release(grant, [promise] { promise->set_value(); })) return;
     if (Client::Impl::in_callback()) return;  // never block ZooKeeper's thread
     future.wait_for(impl_->negotiated() + std::chrono::seconds(2));
-  } catch (const std::exception& e) {
-    impl_->log->error("releasing {}: {}", req_.lock_path, e.what());
-  } catch (...) {
-    impl_->log->error("releasing {}: unknown exception", req_.lock_path);
-  }
+  });
 }
 
 void LockAttempt::release_async(std::uint64_t grant, std::function<void()> done) noexcept {
-  try {
+  logged_call(*impl_->log, "releasing ", req_.lock_path, [&] {
     auto post = [impl = seat_.session(), done = std::move(done)] {
       if (done) impl->post_user(done);
     };
     if (!start_release(grant, post)) post();
-  } catch (const std::exception& e) {
-    impl_->log->error("releasing {}: {}", req_.lock_path, e.what());
-  } catch (...) {
-    impl_->log->error("releasing {}: unknown exception", req_.lock_path);
-  }
+  });
 }
 
 bool LockAttempt::valid(std::uint64_t grant) const {
@@ -92,7 +82,7 @@ bool LockAttempt::start_release(std::uint64_t grant, std::function<void()> then)
     if (!machine_ || machine_->phase() != LockMachine::Phase::held || grant != grant_) return;
     started = true;
     observe_released_locked();
-    if (req_.mode == Mode::exclusive) remember_seen(impl_, req_.lock_path, machine_->others_seen());
+    if (req_.mode == Mode::exclusive) impl_->attempt_tables->history.remember(req_.lock_path, machine_->others_seen());
     // The lease is over: its on_lost callbacks must never run, not even for
     // a later grant of a retained node. Destroyed unlocked (outbox_): one
     // may hold the last copy of a Lease, whose destructor takes mu_.

@@ -6,10 +6,10 @@
 // mu_ (lock_attempt.hpp, locked()); released and lost from the outbox too.
 // Without an observer each event costs one null check: nothing is queued,
 // captured or timed.
-#include <exception>
 #include <utility>
 
 #include "lock_attempt.hpp"
+#include "logged_call.hpp"
 
 namespace zklock::detail {
 namespace {
@@ -17,13 +17,7 @@ namespace {
 // An observer that throws must not unwind through the shell's outbox.
 template <class Fn>
 void notify(spdlog::logger& log, Fn&& fn) noexcept {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    log.error("lock observer threw: {}", e.what());
-  } catch (...) {
-    log.error("lock observer threw");
-  }
+  logged_call(log, "lock observer threw", "", std::forward<Fn>(fn));
 }
 
 }  // namespace

@@ -3,21 +3,15 @@
 // The machine decides when a node may be kept and when a re-take grants
 // (lock_machine.hpp, invariant 5); this file keeps the idle attempt alive in
 // its mutex's RetainSlot, hands it a re-take by the same owner (with the
-// clock's verdict on the validity bound), and ends an owner's idle
-// retentions when that owner queues anywhere (lock_attempt.hpp, invariants
-// 5 and 6).
-#include <algorithm>
+// clock's verdict), and ends an owner's idle retentions when that owner
+// queues anywhere (lock_attempt.hpp, invariants 5 and 6; owner_table.hpp).
 #include <utility>
 
 #include "attempt_tables.hpp"
 #include "lock_attempt.hpp"
+#include "lock_front.hpp"
 
 namespace zklock::detail {
-namespace {
-
-using Kind = MachineEvent::Kind;
-
-}  // namespace
 
 RetainSlot::~RetainSlot() {
   std::shared_ptr<LockAttempt> idle;
@@ -48,17 +42,12 @@ bool LockAttempt::retake_from_slot(AttemptRequest& request, Done& done) {
 // may_retain (invariant 6). The mutex's slot, or null when nobody can re-take
 // (no retention asked, the mutex gone) or the owner has an acquisition under
 // way (it may be queued, and must not also stand in a queue as an idle node
-// nobody holds). Listed as idle under the tables' lock in the same breath,
+// nobody holds). Listed as idle in the same breath (OwnerTable::list_idle),
 // so an acquisition by the owner that begins after this ends the retention
 // (begin_acquiring); execute_locked unlists it if the machine does not retain.
 std::shared_ptr<RetainSlot> LockAttempt::reserve_idle_locked() {
   auto slot = req_.retain > std::chrono::milliseconds::zero() ? req_.slot.lock() : nullptr;
-  if (!slot) return nullptr;
-  auto& t = *impl_->attempt_tables;
-  std::lock_guard lk(t.mu);
-  auto& o = t.owners[owner_];
-  if (o.acquiring > 0) return nullptr;
-  o.idle.push_back(weak_from_this());
+  if (!slot || !impl_->attempt_tables->owners.list_idle(owner_, weak_from_this())) return nullptr;
   idle_listed_ = true;
   return slot;
 }
@@ -86,16 +75,14 @@ void LockAttempt::retain_locked(std::shared_ptr<RetainSlot> slot) {
 bool LockAttempt::retake(AttemptRequest& fallback, Done& done) {
   bool taken = false;
   locked([&] {
-    if (!machine_ || !machine_->may_retake(holder_for(*client_, fallback))) return;
-    if (fallback.stop.stop_requested()) return;  // cancelled already: it fails as a normal acquisition
-    if (!enter_registry()) return;
+    if (!machine_ || !machine_->may_retake(holder_for(*client_, fallback)) || !enter_registry()) return;
     taken = true;
-    if (retain_timer_ != 0) impl_->cancel(retain_timer_);
-    retain_timer_ = 0;
+    drop_timer(retain_timer_);
     done_ = std::move(done);
     pending_self_ = shared_from_this();
     MachineEvent ev{Kind::retake};
     ev.confirmed = Clock::now() - confirmed_at_ < impl_->wait_check_period();
+    ev.cancelled = fallback.stop.stop_requested();
     fallback_ = &fallback;
     step_locked(std::move(ev));  // with the bound's verdict
     fallback_ = nullptr;
@@ -106,9 +93,7 @@ bool LockAttempt::retake(AttemptRequest& fallback, Done& done) {
 // REQUIRES mu_, inside retake(). Queue anew: the machine's remove went out
 // first, so a waiter is ahead of our new node.
 void LockAttempt::retake_void_locked(const std::string& why) {
-  finish_locked();
-  impl_->defer([keep = std::move(pending_self_)] {});
-  auto done = std::exchange(done_, nullptr);
+  auto done = end_locked();
   impl_->log->debug("re-take of {} not local: {}", req_.lock_path, why);
   if (!done || !fallback_) return;
   outbox_.push_back([client = client_, done = std::move(done), fallback = std::move(*fallback_)]() mutable {
@@ -125,24 +110,8 @@ void LockAttempt::retake_void_locked(const std::string& why) {
 // Invariant (6). The owner's idle attempts get their release out before
 // this attempt's create: one session, so the server applies it first, and
 // no snapshot shows our node queued beside an idle node of the owner's.
-// An owner's entry outlives its counts: re-made for every acquisition it
-// would cost two allocations (node and key) on the plain path. Entries with
-// nothing in them are forgotten past 4,096 owners (threads come and go).
 void LockAttempt::begin_acquiring() {
-  std::vector<std::weak_ptr<LockAttempt>> idle;
-  {
-    auto& t = *impl_->attempt_tables;
-    std::lock_guard lk(t.mu);
-    auto it = t.owners.find(owner_);
-    if (it == t.owners.end()) {
-      if (t.owners.size() >= 4096) {
-        std::erase_if(t.owners, [](const auto& kv) { return kv.second.acquiring <= 0 && kv.second.idle.empty(); });
-      }
-      it = t.owners.emplace(owner_, AttemptTables::Owner{}).first;
-    }
-    ++it->second.acquiring;
-    if (!it->second.idle.empty()) idle.swap(it->second.idle);
-  }
+  const auto idle = impl_->attempt_tables->owners.begin_acquiring(owner_);
   acquiring_ = true;
   for (const auto& w : idle) {
     if (auto a = w.lock()) a->end_retention();  // takes its lock: none is held here
@@ -150,33 +119,16 @@ void LockAttempt::begin_acquiring() {
 }
 
 void LockAttempt::end_acquiring_locked() {
-  if (!acquiring_) return;
-  acquiring_ = false;
-  auto& t = *impl_->attempt_tables;
-  std::lock_guard lk(t.mu);
-  const auto it = t.owners.find(owner_);
-  if (it != t.owners.end()) --it->second.acquiring;
+  if (std::exchange(acquiring_, false)) impl_->attempt_tables->owners.end_acquiring(owner_);
 }
 
-// Compares owners, never locks a weak reference: a shared_ptr dropped under
-// t.mu could destroy an attempt there (t.mu is a leaf).
 void LockAttempt::unlist_idle_locked() {
-  if (!idle_listed_) return;
-  idle_listed_ = false;
-  const std::weak_ptr<LockAttempt> me = weak_from_this();
-  auto& t = *impl_->attempt_tables;
-  std::lock_guard lk(t.mu);
-  const auto it = t.owners.find(owner_);
-  if (it == t.owners.end()) return;
-  std::erase_if(it->second.idle, [&](const std::weak_ptr<LockAttempt>& w) {
-    return w.expired() || (!w.owner_before(me) && !me.owner_before(w));
-  });
+  if (std::exchange(idle_listed_, false)) impl_->attempt_tables->owners.unlist_idle(owner_, weak_from_this());
 }
 
 void LockAttempt::end_retention() {
   locked([&] {
-    if (retain_timer_ != 0) impl_->cancel(retain_timer_);
-    retain_timer_ = 0;
+    drop_timer(retain_timer_);
     if (machine_) step_locked(MachineEvent{Kind::retain_over});
   });
 }

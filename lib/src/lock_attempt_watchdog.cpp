@@ -8,11 +8,6 @@
 #include "lock_attempt.hpp"
 
 namespace zklock::detail {
-namespace {
-
-using Kind = MachineEvent::Kind;
-
-}  // namespace
 
 // The period grows (x2, at most x8 the base) while the same blocker stays
 // ahead, and resets with a new one (each watch_blocker arms it; so does
@@ -26,7 +21,7 @@ void LockAttempt::arm_watchdog_locked(std::size_t blocker) {
   const auto base_ms = static_cast<std::uint32_t>(base.count());
   watchdog_ms_ = blocker == watchdog_blocker_ && watchdog_ms_ != 0 ? std::min(watchdog_ms_ * 2, base_ms * 8) : base_ms;
   watchdog_blocker_ = blocker;
-  if (watchdog_timer_ != 0) impl_->cancel(watchdog_timer_);
+  drop_timer(watchdog_timer_);
   const auto grid = Clock::duration(std::min<std::chrono::milliseconds>(base / 4, std::chrono::seconds(1))).count();
   const auto want = (Clock::now() + std::chrono::milliseconds(watchdog_ms_)).time_since_epoch().count();
   const Clock::time_point at{Clock::duration((want + grid - 1) / grid * grid)};
@@ -43,11 +38,6 @@ void LockAttempt::arm_watchdog_locked(std::size_t blocker) {
         s->arm_watchdog_locked(s->watchdog_blocker_);
     });
   });
-}
-
-void LockAttempt::stop_watchdog_locked() {
-  if (watchdog_timer_ != 0) impl_->cancel(watchdog_timer_);
-  watchdog_timer_ = 0;
 }
 
 }  // namespace zklock::detail

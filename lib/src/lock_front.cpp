@@ -1,10 +1,20 @@
-// What the front ends share: a mutex's request, results to leases, the asynchronous start.
+// What the front ends share: a request's owner, a mutex's request, results to leases, the asynchronous start.
 #include "lock_front.hpp"
 
 #include <memory>
 #include <utility>
 
 namespace zklock::detail {
+
+std::string owner_for(const Client& client, const AcquireOptions& o) {
+  return !o.owner.empty()                  ? o.owner
+         : !OwnerScope::current().empty() ? OwnerScope::current()
+                                          : client.default_owner();
+}
+
+Holder holder_for(const Client& client, const AttemptRequest& r) {
+  return Holder{owner_for(client, r.options), r.options.priority, r.options.description, r.policy};
+}
 
 AttemptRequest mutex_request(const std::string& lock_path, Mode mode, const AcquireOptions& options,
                              const MutexOptions& mutex, const std::shared_ptr<RetainSlot>& slot,

@@ -1,4 +1,4 @@
-// What the front ends (FairMutex, FairSharedMutex, MultiLock) share: a mutex's request, results to leases, the asynchronous start.
+// What the front ends (FairMutex, FairSharedMutex, MultiLock) and LockAttempt share: a request's owner, a mutex's request, results to leases, the asynchronous start.
 #pragma once
 
 #include <chrono>
@@ -10,6 +10,12 @@
 #include "lock_attempt.hpp"
 
 namespace zklock::detail {
+
+// The owner a request acts for: its own, else the thread's OwnerScope, else
+// the client's default. Read on the caller's thread (OwnerScope is per thread).
+std::string owner_for(const Client& client, const AcquireOptions& options);
+// Who a request acts for, as its node's data will say.
+Holder holder_for(const Client& client, const AttemptRequest& request);
 
 // A mutex's request: its loss policy and its retention (a reader's is
 // dropped by LockAttempt::start). Timeout zero: none.

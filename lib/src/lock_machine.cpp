@@ -26,9 +26,13 @@ bool MachineEvent::is_answer() const {
     case Kind::blocker_checked: case Kind::marker_read: case Kind::own_checked: case Kind::record_read:
     case Kind::removed: case Kind::blocker_probed:
       return true;
-    default:
+    case Kind::blocker_deleted: case Kind::own_deleted: case Kind::own_changed: case Kind::children_changed:
+    case Kind::disconnected: case Kind::reconnected: case Kind::expired: case Kind::validity_expired:
+    case Kind::validity_proven: case Kind::watchdog: case Kind::cancel: case Kind::release: case Kind::retake:
+    case Kind::retain_over:
       return false;
   }
+  return false;  // not reached: every kind is named above (a new one is a -Wswitch error)
 }
 
 // Listings arm the children watch while no other node has been
@@ -251,6 +255,11 @@ void LockMachine::note_listing(const MachineEvent& ev, const Listing& listing) {
   if (ev.tag == children_.tag) {
     if (ev.rc != Rc::ok) children_ = {};  // no watch was set
     else children_.state = others ? Watch::busy : Watch::quiet;
+  }
+  // Retaining only: their queues are short, and only a re-take asks.
+  if (cfg_.retain && ev.rc == Rc::ok && !own_.name.empty() &&
+      std::any_of(listing.nodes.begin(), listing.nodes.end(), [&](const Entry& e) { return e.node.name == own_.name; })) {
+    ++confirmations_;
   }
 }
 

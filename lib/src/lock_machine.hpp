@@ -41,8 +41,9 @@
 //      next lease ordinal, invariant 8), only while
 //      retained, connected, inside the validity bound and within the waiting
 //      watchdog's period of a listing that showed the node (the event says
-//      both), the watch quiet and no loss seen; otherwise it is void: the retention ends
-//      with the usual release (delete + marker) and `retake_void`.
+//      both), the watch quiet, no loss seen and the request not cancelled;
+//      otherwise it is void: the retention ends with the usual release
+//      (delete + marker) and `retake_void`.
 //  (6) While our node exists and we wait or hold, its deletion is seen: a
 //      deletion watch on it is armed (watch_own), or the children watch of
 //      the latest listing (one issued after our create, so showing our node
@@ -128,6 +129,10 @@ class LockMachine {
     return acquiring() && tag != 0 && (tag == round_.blocker_tag || tag == doubted_.watch_tag);
   }
   const std::string& node_name() const { return own_.name; }
+  // Retaining (config.retain): how many of the listings it evaluated showed
+  // our node. The shell times a re-take's `confirmed` from the step that
+  // raised it (the clock is the shell's); 0 when not retaining.
+  std::uint64_t confirmations() const { return confirmations_; }
   std::int64_t czxid() const { return own_.czxid; }
   const MachineConfig& config() const { return cfg_; }
   // Retained idle, and `who` is the holder the node's data names: a re-take
@@ -287,6 +292,7 @@ class LockMachine {
   std::uint64_t tag_ = 0;
   std::uint64_t create_tag_ = 0, record_tag_ = 0, remove_tag_ = 0;
   std::int64_t leases_ = 0;  // grants of our node so far: the next lease's ordinal (invariant 8)
+  std::uint64_t confirmations_ = 0;  // confirmations()
 };
 
 }  // namespace zklock::detail

@@ -68,7 +68,9 @@ void LockMachine::on_created(const MachineEvent& ev, Commands& out) {
       if (acquiring()) transient(out);
       else sweep(out);
       return;
-    default:
+    case Rc::node_exists:      // a sequential create never collides; if it does, nothing was made
+    case Rc::session_expired:  // not reached: step() ends the session before dispatching an answer
+    case Rc::error:
       own_.state = NodeState::none;
       if (acquiring()) fail(ev.errc, "creating a lock node under " + cfg_.lock_path + ": " + ev.detail, out);
       return;
@@ -137,7 +139,8 @@ void LockMachine::on_order_stats(const MachineEvent& ev, Commands& out) {
       case Rc::no_node: break;
       case Rc::connection_loss: transient(out); return;
       case Rc::session_expired: session_over(out); return;
-      default: fail(Errc::system_error, "reading the order of " + cfg_.lock_path, out); return;
+      case Rc::node_exists:
+      case Rc::error: fail(Errc::system_error, "reading the order of " + cfg_.lock_path, out); return;
     }
     if (!round_.copy) {  // an exact listing: the one node of ours it found
       if (st.rc == Rc::no_node) {

@@ -128,8 +128,12 @@ void LockMachine::on_session(const MachineEvent& ev, Commands& out) {
     case Kind::expired:
       on_expired(out);
       break;
-    default:
-      break;
+    case Kind::created: case Kind::parents_made: case Kind::listed: case Kind::stats_read:
+    case Kind::blocker_checked: case Kind::marker_read: case Kind::own_checked: case Kind::record_read:
+    case Kind::removed: case Kind::blocker_probed: case Kind::blocker_deleted: case Kind::own_deleted:
+    case Kind::own_changed: case Kind::children_changed: case Kind::validity_proven: case Kind::watchdog:
+    case Kind::cancel: case Kind::release: case Kind::retake: case Kind::retain_over:
+      break;  // not a change of the session (step() sends only the four above here)
   }
 }
 

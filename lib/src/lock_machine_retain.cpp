@@ -44,7 +44,9 @@ void LockMachine::on_children_changed(const MachineEvent& ev, Commands& out) {
 // lease's once the successor has.
 void LockMachine::on_retake(const MachineEvent& ev, Commands& out) {
   if (phase_ != Phase::retained) return;
-  if (link_ != Link::up) {
+  if (ev.cancelled) {
+    void_retake("the request was cancelled before it began", out);  // it fails as a normal acquisition
+  } else if (link_ != Link::up) {
     void_retake("disconnected: the retained node cannot be trusted until the session is back", out);
   } else if (!ev.within_bound) {
     void_retake("the session's validity bound has lapsed: the node may be gone", out);

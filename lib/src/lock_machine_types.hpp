@@ -103,6 +103,9 @@ struct MachineEvent {
   // shell's clock again) confirmed the retained node's existence. Past it,
   // a quiet children watch proves nothing: its notification may be lost.
   bool confirmed = false;
+  // retake: the request's stop was requested before it began; the re-take
+  // is void (the caller's new acquisition then fails as cancelled).
+  bool cancelled = false;
   std::vector<std::string> children;   // listed (parsed by the machine when `listing` is null)
   std::shared_ptr<const Listing> listing;  // listed: the parsed listing, shared
   std::vector<NodeStat> stats;         // stats_read

@@ -152,6 +152,32 @@ TEST(Retain, AnEarlierLeaseStaysReleasedAfterAReTake) {
   EXPECT_FALSE(a.loss_reason());
 }
 
+// A request whose stop token is already signalled gets no lease from the
+// retained node: the re-take is void (the machine's decision, from the
+// event's `cancelled`), the node is released for real, and the request fails
+// as cancelled. The next request acquires normally.
+TEST(Retain, AnAlreadyCancelledRequestIsNotReTaken) {
+  Client c(shared_opts());
+  const auto path = unique_lock_path("retain-cancelled");
+  FairMutex m(c, path, {.retain = 60s});
+  Lease a = m.acquire(kOwner);
+  const auto node = a.node_path();
+  a.release();
+  ASSERT_TRUE(c.try_stat(node)) << "retained idle";
+  std::stop_source stop;
+  stop.request_stop();
+  try {
+    Lease b = m.acquire(stop.get_token(), kOwner);
+    ADD_FAILURE() << "a cancelled request was granted " << b.node_path();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::cancelled) << e.what();
+  }
+  EXPECT_TRUE(eventually([&] { return !c.try_stat(node); }, 5s)) << "the void re-take releases the node";
+  Lease d = m.acquire(kOwner);
+  EXPECT_NE(d.node_path(), node);
+  EXPECT_TRUE(d.valid());
+}
+
 // A waiter arriving while the node is retained idle: the children watch
 // ends the retention at once (one notification, then the release multi),
 // and the retainer's next acquire queues behind the waiter.

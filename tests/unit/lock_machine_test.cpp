@@ -22,7 +22,8 @@
 // `> <event kind> key=value ...` with the keys tag, epoch (default: the
 // config's), rc, name, czxid, bound=held|lapsed|none (the shell's clock
 // against the validity bound, on every event; none: the settings prove no
-// bound; held unless said), confirmed=recent|stale (retake), owner=idle|busy
+// bound; held unless said), confirmed=recent|stale and cancelled=yes|no
+// (retake; recent and no unless said), owner=idle|busy
 // (release: may the node be kept idle; idle unless said), children=a,b
 // stats=ok:5,no_node data, errc, detail. Values with spaces go in double or single quotes. An
 // input with no command prints `(nothing)`.
@@ -328,6 +329,9 @@ MachineEvent parse_event(const std::string& text, const MachineConfig& cfg, Name
     } else if (k == "owner") {
       if (v != "idle" && v != "busy") throw std::runtime_error("owner=idle|busy, not '" + v + "'");
       ev.may_retain = v == "idle";
+    } else if (k == "cancelled") {
+      if (v != "yes" && v != "no") throw std::runtime_error("cancelled=yes|no, not '" + v + "'");
+      ev.cancelled = v == "yes";
     } else if (k == "confirmed") {
       if (v != "recent" && v != "stale") throw std::runtime_error("confirmed=recent|stale, not '" + v + "'");
       ev.confirmed = v == "recent";
@@ -424,6 +428,7 @@ std::string print_state(const LockMachine& m, const Names& names) {
   s += " loss=" + (m.loss() ? std::string(loss_reason_name(*m.loss())) : std::string("none"));
   s += " node=" + (m.node_name().empty() ? std::string("none") : names.shorten(m.node_name()));
   s += std::string(" finished=") + yn(m.finished());
+  if (m.config().retain) s += " confirmations=" + std::to_string(m.confirmations());
   return s;
 }
 

@@ -75,6 +75,9 @@ struct DetectorConfig {
   // The mirror's reads outstanding at once, over all its sessions
   // (MirrorOptions::max_inflight).
   std::size_t mirror_max_inflight = MirrorOptions{}.max_inflight;
+  // Sessions the mirror loads and watches through from the start
+  // (MirrorOptions::load_sessions).
+  std::size_t mirror_load_sessions = MirrorOptions{}.load_sessions;
   // Watched bytes per ZooKeeper session (ClientOptions::watch_budget_bytes):
   // the mirror opens more sessions rather than exceed it.
   std::size_t watch_budget_bytes = ClientOptions{}.watch_budget_bytes;

@@ -33,12 +33,14 @@
 // every watch of a session in one SetWatches packet, and the server closes
 // a connection whose packet exceeds its jute.maxbuffer: a session watching
 // too many paths never reconnects. So each directory is assigned, when the
-// mirror first meets it, to one session whose watched bytes (4 + length of
-// chroot + path per watch, as in SetWatches) stay within the Client's
-// ClientOptions::watch_budget_bytes; the mirror opens further Clients with
-// the same options as needed (first the one it is given, then its own, on
-// a background thread), and a directory's listing, watch and node reads all
-// stay on its session while that session lives. A session that is replaced
+// mirror first meets it, to the least-filled session whose watched bytes
+// (4 + length of chroot + path per watch, as in SetWatches) stay within the
+// Client's ClientOptions::watch_budget_bytes; the mirror opens further
+// Clients with the same options (on a background thread): load_sessions - 1
+// at start(), which waits for them (bounded by the connect timeout) before
+// the load, and one more whenever every session is full. A directory's
+// listing, watch and node reads all stay on its session while that session
+// lives, so each watch is accounted to the one session that set it. A session that is replaced
 // after expiry has lost its watches: the mirror re-lists that session's
 // directories only (the others are untouched). A reconnect of the same
 // session needs little: the C client re-arms the watches that were set, and
@@ -84,6 +86,12 @@ struct MirrorOptions {
   std::size_t max_children = 100'000;  // larger directories are skipped
   std::size_t max_depth = 32;          // directories deeper below the root are skipped
   std::size_t max_inflight = 256;
+  // Sessions the mirror watches through from the start (at least 1: the
+  // Client it is given). A new directory goes to the least-filled session
+  // with room, so a load's listings are spread over this many sessions and
+  // the server runs them in parallel (it runs one session's requests in
+  // order, on one worker thread). Beyond the watch budget more are opened.
+  std::size_t load_sessions = 1;
   std::shared_ptr<spdlog::logger> log;  // default: spdlog's default logger
   // Called when a lock node's stat arrives (nodes of contended queues
   // only): (lock path, node ctime in ms).

@@ -114,12 +114,12 @@ struct Mirror::Core : std::enable_shared_from_this<Mirror::Core> {
 
   mutable std::mutex mu;
   mutable std::condition_variable idle_cv;
-  std::condition_variable session_cv;      // the opener waits on it
+  std::condition_variable session_cv;      // the opener, and start() for the load sessions, wait on it
   std::condition_variable issued_cv;       // ~Mirror waits on it for issuing == 0
   bool stopped = false;                    // GUARDED_BY(mu)
   std::vector<std::unique_ptr<Session>> sessions;  // GUARDED_BY(mu), never shrinks
   std::vector<std::string> parked;         // GUARDED_BY(mu): invariant (5)
-  bool want_session = false;               // GUARDED_BY(mu): the opener should open one
+  bool want_session = false;               // GUARDED_BY(mu): the opener should open one (also while fewer than opt.load_sessions)
   std::size_t issuing = 0;                 // GUARDED_BY(mu): pumps issuing a batch
   bool root_watch_armed = false;           // GUARDED_BY(mu)
   std::map<std::string, Dir> dirs;         // GUARDED_BY(mu)
