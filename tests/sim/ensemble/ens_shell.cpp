@@ -113,7 +113,11 @@ void World::feed(int id, MachineEvent ev) {
   ev.epoch = m.session;
   ev.within_bound = cfg_.bypass_proving || (cl.session == m.session && within_bound(cl));
   const bool proving = m.m->phase() == LockMachine::Phase::proving;
+  const auto confirmations = m.m->confirmations();
   const auto cmds = m.m->step(ev);
+  // As the library's shell: the step whose listing showed our node times a
+  // re-take's `confirmed`.
+  if (m.m->confirmations() != confirmations) m.listed_at = local(m.client);
   if (proving && m.m->phase() == LockMachine::Phase::held) ++res_.c.proved_later;
   if (proving && m.m->phase() == LockMachine::Phase::failed) ++res_.c.withdrawn;
   run_commands(id, cmds);

@@ -65,7 +65,7 @@ struct EnsMachine {
   Micros handed_at = -1;      // real time of its latest hand-out
   std::uint64_t blocker_tag = 0;  // the latest watch_blocker, and since when (local) it waits on it
   Micros blocker_since = 0;
-  Micros listed_at = -1;      // local: the latest listing that showed our node
+  Micros listed_at = -1;      // local: the step whose listing showed our node (LockMachine::confirmations)
   bool finished = false;
 };
 

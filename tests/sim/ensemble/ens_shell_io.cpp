@@ -123,12 +123,7 @@ void World::on_machine_answer(ClientState& cl, const Route& rt, const Answer& a,
   }
   switch (rt.kind) {
     case EvKind::created: ev.name = a.name; ev.czxid = a.czxid; break;
-    case EvKind::listed:
-      ev.children = a.children;
-      for (const auto& c : a.children) {
-        if (ev.rc == MRc::ok && !m.m->node_name().empty() && c == m.m->node_name()) m.listed_at = local(cl.id);
-      }
-      break;
+    case EvKind::listed: ev.children = a.children; break;
     case EvKind::marker_read:
     case EvKind::record_read: ev.data = a.data; break;
     default: break;
