@@ -1,6 +1,7 @@
-// The ensemble simulator's clients: what a client process keeps (its
-// connection, session, validity bound, the C client's watch table) and what
-// its shell keeps for each lock machine it runs (ens_world.hpp).
+// The ensemble simulator's clients: the requests they send and the answers
+// they get, what a client process keeps (its connection, session, validity
+// bound, the C client's watch table) and what its shell keeps for each lock
+// machine it runs (ens_world.hpp).
 //
 // The shell (ens_shell.cpp, ens_shell_io.cpp) is the counterpart of
 // lib/src/lock_attempt*.cpp: it executes a machine's requests on the client's
@@ -27,6 +28,29 @@ namespace zklock::ensim {
 
 using Micros = std::int64_t;
 constexpr Micros kMs = 1000, kSec = 1000 * kMs;
+
+// Client request kinds (also the server's answer kinds). Reads: children,
+// get_data, exists; release: delete + setData(lock, marker) in one multi;
+// probe: setData with a version no node has.
+enum Kind : int { k_ping, k_connect, k_create, k_delete, k_heartbeat, k_sync, k_release, k_probe, k_children,
+                  k_get_data, k_exists };
+enum Rc : int { rc_ok, rc_expired, rc_moved, rc_no_node, rc_bad_version, rc_loss };  // rc_loss: the C client's own
+inline bool is_read(int kind) { return kind == k_children || kind == k_get_data || kind == k_exists; }
+
+struct Op {
+  int kind = k_ping;
+  std::string path;  // create: the prefix (the suffix is the parent's cversion)
+  std::string data;  // create: the node's data; release: the marker
+  bool watch = false;
+};
+
+struct Answer {
+  int rc = rc_ok;
+  std::uint64_t zxid = 0;    // the reply header's zxid: the write's, or the server's last applied
+  std::int64_t czxid = 0;    // create, get_data, exists
+  std::string name, data;    // create: the child's name; get_data: the data
+  std::vector<std::string> children;
+};
 
 // Where an answer goes: the machine and the event it becomes.
 struct Route {

@@ -133,29 +133,6 @@ enum class TxnKind { create_session, close_session, create_node, delete_node, he
                      revoke_node };
 const char* txn_name(TxnKind k);
 
-// Client request kinds (also the server's answer kinds). Reads: children,
-// get_data, exists; release: delete + setData(lock, marker) in one multi;
-// probe: setData with a version no node has.
-enum Kind : int { k_ping, k_connect, k_create, k_delete, k_heartbeat, k_sync, k_release, k_probe, k_children,
-                  k_get_data, k_exists };
-enum Rc : int { rc_ok, rc_expired, rc_moved, rc_no_node, rc_bad_version, rc_loss };  // rc_loss: the C client's own
-inline bool is_read(int kind) { return kind == k_children || kind == k_get_data || kind == k_exists; }
-
-struct Op {
-  int kind = k_ping;
-  std::string path;  // create: the prefix (the suffix is the parent's cversion)
-  std::string data;  // create: the node's data; release: the marker
-  bool watch = false;
-};
-
-struct Answer {
-  int rc = rc_ok;
-  std::uint64_t zxid = 0;    // the reply header's zxid: the write's, or the server's last applied
-  std::int64_t czxid = 0;    // create, get_data, exists
-  std::string name, data;    // create: the child's name; get_data: the data
-  std::vector<std::string> children;
-};
-
 struct Txn {
   std::uint64_t zxid = 0;  // epoch << 32 | counter
   TxnKind kind{};
