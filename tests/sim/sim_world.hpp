@@ -8,6 +8,24 @@
 //
 // One seed fixes everything (the run's shape, every choice): a failing seed
 // replays exactly. Nothing depends on time, addresses or hash order.
+//
+// Why this simulator and its one-server model (sim_zk.hpp) stay beside the
+// ensemble simulator (ensemble/ens_world.hpp), which runs the same machine
+// against three timed servers: the ensemble model has the time, leaders,
+// partitions, stale follower reads and the session tracker, and checks
+// exclusion, token order, the validity bound and liveness; this one has no
+// clock and explores the recipe's orderings far more densely (every step is
+// a chosen interleaving of serve, commit, deliver, fault), and it models what
+// the ensemble model leaves out: shared leases and readers beside writers,
+// multi-lock actors in path order and actors pipelined on one lock, the
+// sequential suffix near its end (3.8.0's saturation, and the wrap) so that
+// listings must be ordered by czxid, parent containers and their reaper
+// (make_parents), writes lost with a connection and applied later (limbo),
+// dropped deletion notifications (the waiting watchdog's case); and it
+// checks the machine's own promises one by one (the hand-off marker, a loss
+// told before the user's release, the quiet head granted, the retention
+// ended by its watch). Folding those into the ensemble model would
+// make one model of both; until then each checks what the other cannot.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,10 @@
 // The ensemble simulator's clients: a connection and a session as the C
-// client keeps them, the validity bound as the library keeps it (the real
-// rule, lib/src/validity_rule.hpp), heartbeats, and one lock (ens_world.hpp).
+// client keeps them (requests answered connection loss when it drops,
+// watches set again on the next connection, the last zxid seen), the
+// validity bound as the library keeps it (the real rule,
+// lib/src/validity_rule.hpp, with its validity_expired and validity_proven
+// events), and heartbeats (ens_world.hpp). The lock machines' shell is
+// ens_shell.cpp.
 #include <algorithm>
 #include <string>
 
@@ -8,45 +12,62 @@
 
 namespace zklock::ensim {
 
+using EvKind = detail::MachineEvent::Kind;
+
 namespace {
 detail::RuleClock::time_point tp(Micros local) {
   return detail::RuleClock::time_point(std::chrono::microseconds(local));
 }
 Micros us(detail::RuleClock::duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); }
 Micros us(detail::RuleClock::time_point t) { return us(t.time_since_epoch()); }
+ClientState& client_of(std::vector<ClientState>& v, int proc) { return v[static_cast<std::size_t>(proc - kServers)]; }
+Micros margin_of(Micros timeout) { return std::max<Micros>(timeout / 10, 20 * kMs); }
 }  // namespace
 
 void World::start_clients() {
   for (auto& cl : clients_) {
     cl.server = static_cast<int>(rng_.below(kServers));
     if (rng_.chance(400)) cl.pinned = cl.server;
+    cl.retains = shell_rng_.chance(500);
     const int c = cl.id;
     at_local(c, 300 * kMs + static_cast<Micros>(rng_.below(500 * kMs)), [this, c] { client_connect(c); });
   }
 }
 
-static ClientState& client_of(std::vector<ClientState>& v, int proc) { return v[static_cast<std::size_t>(proc - kServers)]; }
-
-Micros margin_of(Micros timeout) { return std::max<Micros>(timeout / 10, 20 * kMs); }
-
+// The session is over: its machines hear `expired`; the C client's watches
+// go with it.
 void World::new_session(ClientState& cl) {
+  const auto old = cl.session;
   if (cl.session != 0) res_.c.session_time += now_ - cl.session_since;
   cl.session = 0;
   cl.session_asked.reset();
   cl.have_bound = false;
-  cl.lock = Lock::idle;
-  cl.node = 0;
+  cl.watches.clear();
+  cl.watch_routes.clear();
+  if (old != 0) session_event(cl, EvKind::expired, old);
+}
+
+// The connection dropped: every request still unanswered is answered
+// connection loss (in request order), then the machines hear `disconnected`.
+void World::connection_lost(ClientState& cl) {
+  if (!cl.connected) return;
+  cl.connected = false;
+  const auto lost = std::exchange(cl.inflight, {});
+  cl.hb_inflight = false;
+  for (const auto& [req, p] : lost) {
+    if (p.machine) on_machine_answer(cl, p.route, Answer{rc_loss});
+  }
+  if (cl.session != 0) session_event(cl, EvKind::disconnected, cl.session);
 }
 
 // The C client tries the next server of its list; a connect that does not
 // complete within timeout / (number of servers) is abandoned.
 void World::client_connect(int c) {
   ClientState& cl = client_of(clients_, c);
-  cl.connected = false;
+  connection_lost(cl);
   ++cl.attempt;
   cl.inflight.clear();
   cl.hb_inflight = false;
-  cl.retry = false;  // what is lost with the connection is sent again once connected
   cl.server = cl.pinned >= 0 ? cl.pinned : (cl.server + 1 + static_cast<int>(rng_.below(2))) % kServers;
   const int s = cl.server;
   connect_link(c, s);
@@ -56,7 +77,8 @@ void World::client_connect(int c) {
   const auto req = next_req_++;
   cl.connect_req = req;
   const auto session = cl.session;
-  send(c, s, [this, s, c, session, req] { server_connect(s, c, session, req); });
+  const auto seen = cl.last_zxid;
+  send(c, s, [this, s, c, session, req, seen] { server_connect(s, c, session, req, seen); });
   const auto attempt = cl.attempt;
   at_local(c, cfg_.timeout / kServers, [this, c, s, attempt] {
     ClientState& cl2 = client_of(clients_, c);
@@ -82,7 +104,8 @@ void World::on_connected(int c, std::uint64_t req, std::uint64_t session, bool e
   cl.connected = true;
   ++cl.conn;
   cl.last_heard = local(c);
-  if (cl.session == 0) {
+  const bool fresh = cl.session == 0;
+  if (fresh) {
     cl.session = session;
     cl.session_since = now_;
     const Micros m = margin_of(cfg_.timeout);
@@ -91,14 +114,20 @@ void World::on_connected(int c, std::uint64_t req, std::uint64_t session, bool e
     cl.pairing.clear();
     cl.bound = *cl.session_asked + cfg_.timeout - m;  // the leader created it after we first asked
     cl.have_bound = true;
-    cl.lock = Lock::idle;
-    cl.idle_until = local(c);
+    cl.lapse_told = false;
+    arm_lapse(cl);
   }
   trace("c" + std::to_string(c) + " connected to s" + std::to_string(cl.server) + ", session " + std::to_string(cl.session));
-  // Work lost with the old connection is sent again (a create finds the
-  // node it may have made; a delete is idempotent).
-  if (cl.lock == Lock::creating) client_send(c, k_create);
-  if (cl.lock == Lock::releasing) client_send(c, k_delete);
+  // setWatches goes first on the new connection, then what the machines resend.
+  std::vector<WatchRec> ws;
+  for (const auto& [id, w] : cl.watches) ws.push_back(w);
+  const int s = cl.server;
+  const auto seen = cl.last_zxid;
+  if (!ws.empty()) send(c, s, [this, s, c, seen, ws = std::move(ws)] { set_watches(s, c, seen, ws); });
+  if (!fresh) {
+    lapse_check(cl);  // a lapse is reported before the reconnected event
+    session_event(cl, EvKind::reconnected, cl.session);
+  }
   const auto attempt = cl.attempt;
   client_tick(c, attempt);
 }
@@ -106,9 +135,9 @@ void World::on_connected(int c, std::uint64_t req, std::uint64_t session, bool e
 void World::on_client_closed(int c, bool expired) {
   ClientState& cl = client_of(clients_, c);
   trace("c" + std::to_string(c) + (expired ? " session expired" : " connection closed"));
+  connection_lost(cl);
   if (expired) new_session(cl);
   reset_view(c, cl.server);
-  cl.connected = false;
   ++cl.attempt;  // the old attempt's timers are void
   // Another server at once; the same one again only after a pause (the C
   // client does not spin on a server that refuses it).
@@ -118,15 +147,15 @@ void World::on_client_closed(int c, bool expired) {
   });
 }
 
-void World::client_send(int c, int kind, std::uint64_t* id_out) {
+std::uint64_t World::client_send(int c, Op op) {
   ClientState& cl = client_of(clients_, c);
   const auto req = next_req_++;
-  if (id_out) *id_out = req;
-  cl.inflight[req] = {kind, local(c), cl.conn};
+  cl.inflight[req] = {op.kind, local(c), cl.conn, Route{}, false};
   cl.last_sent = local(c);
   const int s = cl.server;
   const auto session = cl.session;
-  send(c, s, [this, s, c, session, kind, req] { server_request(s, c, session, kind, req); });
+  send(c, s, [this, s, c, session, req, op = std::move(op)] { server_request(s, c, session, req, op); });
+  return req;
 }
 
 void World::client_tick(int c, std::uint64_t attempt) {
@@ -140,7 +169,7 @@ void World::client_tick(int c, std::uint64_t attempt) {
     client_connect(c);
     return;
   }
-  if (t - cl.last_sent >= cfg_.timeout / 3) client_send(c, k_ping);
+  if (t - cl.last_sent >= cfg_.timeout / 3) client_send(c, Op{k_ping});
   const auto params = cl.rule.params();
   if (!cl.hb_inflight) {
     if (cfg_.rule != Rule::sync_pairing) {
@@ -149,75 +178,43 @@ void World::client_tick(int c, std::uint64_t attempt) {
       if (!latest || t >= us(*latest) + us(params.heartbeat_period())) {
         cl.hb_inflight = true;
         ++res_.c.heartbeats;
-        client_send(c, k_heartbeat);
+        client_send(c, Op{k_heartbeat, "/zklock/heartbeat"});
       }
     } else if (cl.pairing.empty() || t >= cl.pairing.back() + cfg_.timeout / 3) {
       cl.hb_inflight = true;
       ++res_.c.syncs;
-      client_send(c, k_sync);
+      client_send(c, Op{k_sync});
     }
   }
-  if (cl.retry) {
-    cl.retry = false;
-    if (cl.lock == Lock::creating) client_send(c, k_create);
-    if (cl.lock == Lock::releasing) client_send(c, k_delete);
-  }
-  if (cl.lock == Lock::idle && t >= cl.idle_until) {
-    cl.lock = Lock::creating;
-    client_send(c, k_create);
-  } else if (cl.lock == Lock::holding && t >= cl.hold_until) {
-    trace("c" + std::to_string(c) + " releases token " + std::to_string(cl.node));
-    cl.lock = Lock::releasing;
-    client_send(c, k_delete);
-  }
-  maybe_hand_out(cl);
+  shell_tick(cl);
   const Micros every = std::min<Micros>(us(params.heartbeat_period()) / 4, cfg_.timeout / 12);
   at_local(c, std::max<Micros>(every, kMs), [this, c, attempt] { client_tick(c, attempt); });
 }
 
-void World::on_answer(int c, std::uint64_t req, int rc, std::uint64_t value) {
+void World::on_answer(int c, std::uint64_t req, Answer a) {
   ClientState& cl = client_of(clients_, c);
   cl.last_heard = local(c);
+  cl.last_zxid = std::max(cl.last_zxid, a.zxid);
   const auto it = cl.inflight.find(req);
   if (it == cl.inflight.end()) return;
   const auto p = it->second;
   cl.inflight.erase(it);
   if (p.conn != cl.conn) return;
   if (p.kind == k_heartbeat || p.kind == k_sync) cl.hb_inflight = false;
-  if (p.kind == k_ping) return;
-  if (rc == rc_moved) {
+  if (a.rc == rc_moved) {
     // A late revalidation through a server we had given up on moved the
     // session there: connecting again moves it back.
     trace("c" + std::to_string(c) + " session moved: reconnecting");
+    if (p.machine) on_machine_answer(cl, p.route, Answer{rc_loss});
     reset_view(c, cl.server);
     client_connect(c);
     return;
   }
-  if (rc != rc_ok) {
-    cl.retry = p.kind == k_create || p.kind == k_delete;
-    return;
+  // A write a quorum committed (ok, or an error txn) is the rule's evidence.
+  if ((a.rc == rc_ok || a.rc == rc_no_node || a.rc == rc_bad_version) && !is_read(p.kind) && p.kind != k_ping) {
+    raise_bound(cl, p.kind, p.sent, local(c));
   }
-  raise_bound(cl, p.kind, p.sent, local(c));
-  if (p.kind == k_create && cl.lock == Lock::creating) {
-    cl.lock = Lock::queued;
-    cl.node = value;
-  } else if (p.kind == k_delete && cl.lock == Lock::releasing) {
-    cl.lock = Lock::idle;
-    cl.node = 0;
-    cl.idle_until = local(c) + static_cast<Micros>(rng_.below(500 * kMs));
-  }
-  maybe_hand_out(cl);
-}
-
-void World::on_head(int c, std::uint64_t czxid) {
-  ClientState& cl = client_of(clients_, c);
-  cl.last_heard = local(c);
-  if ((cl.lock == Lock::queued || cl.lock == Lock::creating) && (cl.node == 0 || cl.node == czxid)) {
-    cl.lock = Lock::granted;
-    cl.node = czxid;
-    trace("c" + std::to_string(c) + " told its node " + std::to_string(czxid) + " is the head");
-    maybe_hand_out(cl);
-  }
+  if (p.machine) on_machine_answer(cl, p.route, a, req);
 }
 
 // The bound rises only on evidence: the chain rule on committed writes
@@ -243,49 +240,43 @@ void World::raise_bound(ClientState& cl, int kind, Micros sent, Micros answered)
   }
   if (!candidate || *candidate <= cl.bound) return;
   lapse_check(cl);  // a lapse is reported before the bound rises again
+  const bool from_past = cl.bound <= answered;
   cl.bound = *candidate;
+  cl.lapse_told = false;
+  arm_lapse(cl);
+  if (from_past) session_event(cl, EvKind::validity_proven, cl.session);
 }
 
-bool World::valid(const ClientState& cl) const {
-  return cl.lock == Lock::holding && cl.have_bound && local(cl.id) < cl.bound;
+bool World::within_bound(const ClientState& cl) const {
+  return cl.session != 0 && cl.have_bound && local(cl.id) < cl.bound;
 }
 
+// The library's lapse timer: validity_expired when the bound passes,
+// connected or not (a later raise re-arms it).
+void World::arm_lapse(ClientState& cl) {
+  const int c = cl.id;
+  const auto session = cl.session;
+  const Micros bound = cl.bound;
+  at_local(c, std::max<Micros>(bound - local(c), 0), [this, c, session, bound] {
+    ClientState& cl2 = client_of(clients_, c);
+    if (cl2.session == session && cl2.bound == bound) lapse_check(cl2);
+  });
+}
+
+// validity_expired, once per lapse, to the session's machines.
 void World::lapse_check(ClientState& cl) {
-  if (cl.lock != Lock::holding || !cl.have_bound || local(cl.id) < cl.bound) return;
-  ++res_.c.lapses;
-  trace("c" + std::to_string(cl.id) + " lease lapsed (validity_expired)");
-  if (cfg_.check_liveness && cl.handed_at >= settled_from_ && settled_from_ > 0) {
-    fail("L1: c" + std::to_string(cl.id) + "'s lease, handed out on a settled ensemble, lapsed");
-  }
-  cl.lock = Lock::releasing;
-  if (cl.connected) client_send(cl.id, k_delete);
-}
-
-// A lease is handed out only while the bound covers it (lock_attempt.hpp,
-// invariant 7); V1 and V3 are checked at that instant.
-void World::maybe_hand_out(ClientState& cl) {
-  if (cl.lock != Lock::granted) return;
-  if (!cl.have_bound || local(cl.id) >= cl.bound) return;  // held back until the bound rises
-  for (const auto& other : clients_) {
-    if (other.id != cl.id && valid(other)) {
-      fail("V1: c" + std::to_string(cl.id) + " handed token " + std::to_string(cl.node) + " while c" +
-           std::to_string(other.id) + "'s lease (token " + std::to_string(other.node) + ") reports valid() for " +
-           std::to_string((other.bound - local(other.id)) / kMs) + " ms more");
-      return;
+  if (cl.session == 0 || !cl.have_bound || cl.lapse_told || local(cl.id) < cl.bound) return;
+  cl.lapse_told = true;
+  for (const int id : cl.ms) {
+    const EnsMachine& m = machines_[static_cast<std::size_t>(id)];
+    if (!m.leased || m.session != cl.session) continue;
+    ++res_.c.lapses;
+    trace("c" + std::to_string(cl.id) + " lease on " + m.path + " lapsed (validity_expired)");
+    if (cfg_.check_liveness && m.handed_at >= settled_from_ && settled_from_ > 0) {
+      fail("L1: c" + std::to_string(cl.id) + "'s lease on " + m.path + ", handed out on a settled ensemble, lapsed");
     }
   }
-  if (cl.node <= last_token_) fail("V3: token " + std::to_string(cl.node) + " after " + std::to_string(last_token_));
-  last_token_ = cl.node;
-  cl.lock = Lock::holding;
-  // Mostly short holds; while faults run, one in ten outlasts a session
-  // timeout or three (a holder that works long is the one a deposed leader
-  // misleads).
-  const bool long_hold = now_ < tail_from_ && rng_.chance(100);
-  cl.hold_until = local(cl.id) + 50 * kMs +
-                  static_cast<Micros>(rng_.below(static_cast<std::uint64_t>(long_hold ? 3 * cfg_.timeout : 2500 * kMs)));
-  cl.handed_at = cl.last_handout = now_;
-  ++res_.c.handouts;
-  trace("c" + std::to_string(cl.id) + " holds token " + std::to_string(cl.node));
+  session_event(cl, EvKind::validity_expired, cl.session);
 }
 
 // V2: a close of a session commits only once its client's bound has passed.

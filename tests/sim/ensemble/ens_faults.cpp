@@ -25,6 +25,14 @@ void World::schedule_faults() {
   end_ = cfg_.fault_time + tail;  // moved on once the last fault has healed
   tail_from_ = cfg_.fault_time;
   at_real(-1, 3 * kSec, [this] { inject(cfg_.fault_time); });
+  if (cfg_.revocations) at_real(-1, 5 * kSec, [this] { revoke_loop(); });
+}
+
+// The detector, now and then while the faults run: a node revoked.
+void World::revoke_loop() {
+  if (now_ >= cfg_.fault_time || stop_) return;
+  revoke_one();
+  at_real(-1, now_ + between(shell_rng_, 4 * kSec, 15 * kSec), [this] { revoke_loop(); });
 }
 
 void World::inject(Micros until) {
@@ -136,15 +144,30 @@ void World::inject(Micros until) {
   });
 }
 
-// L1: once the faults are over, every client is handed the lock again.
+// L1: once the faults are over, every client is handed a lease again; no
+// node in the leader's tree belongs to an attempt that has finished.
 void World::finish_checks() {
   for (const auto& cl : clients_) {
     if (cfg_.check_liveness && cl.last_handout < tail_from_) {
-      fail("L1: c" + std::to_string(cl.id) + " was not handed the lock in the " +
-           std::to_string((end_ - tail_from_) / kMs) + " ms after the last heal (lock state " +
-           std::to_string(static_cast<int>(cl.lock)) + ", " + (cl.connected ? "connected" : "disconnected") +
-           ", " + std::to_string(cl.inflight.size()) + " requests in flight)");
+      fail("L1: c" + std::to_string(cl.id) + " was not handed a lease in the " +
+           std::to_string((end_ - tail_from_) / kMs) + " ms after the last heal (" +
+           (cl.connected ? "connected" : "disconnected") + ", " + std::to_string(cl.ms.size()) + " machines, " +
+           std::to_string(cl.inflight.size()) + " requests in flight)");
       return;
+    }
+  }
+  for (const auto& L : servers_) {
+    if (L.role != Role::leading || !cfg_.check_liveness) continue;
+    for (const auto& lock : locks_) {
+      for (const auto& child : L.tree.at(lock).children) {
+        const auto parsed = protocol::parse_lock_node_name(child);
+        const auto g = parsed ? by_guid_.find(parsed->guid.substr(0, 24)) : by_guid_.end();
+        if (g == by_guid_.end()) continue;
+        if (machines_[static_cast<std::size_t>(g->second)].finished) {
+          fail("L1: " + lock + "/" + child + " outlives m" + std::to_string(g->second) + ", the attempt that made it");
+          return;
+        }
+      }
     }
   }
   for (auto& cl : clients_) {

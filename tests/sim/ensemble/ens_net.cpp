@@ -14,6 +14,9 @@ const char* txn_name(TxnKind k) {
     case TxnKind::create_node: return "create";
     case TxnKind::delete_node: return "delete";
     case TxnKind::heartbeat: return "heartbeat";
+    case TxnKind::release_node: return "release";
+    case TxnKind::probe_node: return "probe";
+    case TxnKind::revoke_node: return "revoke";
   }
   return "?";
 }
@@ -29,7 +32,8 @@ constexpr Shape kShapes[] = {
 }  // namespace
 
 World::World(Config cfg)
-    : cfg_(cfg), rng_(cfg.seed * 0x9e3779b97f4a7c15ULL + 7), stall_rng_(cfg.seed * 0xbf58476d1ce4e5b9ULL + 11) {
+    : cfg_(cfg), rng_(cfg.seed * 0x9e3779b97f4a7c15ULL + 7), stall_rng_(cfg.seed * 0xbf58476d1ce4e5b9ULL + 11),
+      shell_rng_(cfg.seed * 0x94d049bb133111ebULL + 13) {
   const auto& shape = kShapes[cfg.seed % (sizeof kShapes / sizeof kShapes[0])];
   if (cfg_.tick == 0) cfg_.tick = shape.tick;
   if (cfg_.expiry_stall < 0) cfg_.expiry_stall = cfg_.tick / 4;
@@ -45,6 +49,9 @@ World::World(Config cfg)
   for (int s = 0; s < kServers; ++s) servers_[s].id = s;
   clients_.resize(static_cast<std::size_t>(cfg_.clients));
   for (int c = 0; c < cfg_.clients; ++c) clients_[static_cast<std::size_t>(c)].id = kServers + c;
+  for (int l = 0; l < cfg_.locks; ++l) locks_.push_back("/locks/l" + std::to_string(l));
+  last_token_.assign(locks_.size(), {0, 0});
+  for (auto& sv : servers_) reset_db(sv);
   res_.cfg = cfg_;
 }
 

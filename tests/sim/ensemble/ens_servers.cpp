@@ -28,7 +28,9 @@ void World::go_looking(int s, const std::string& why) {
   for (const auto& [c, session] : std::map<int, std::uint64_t>(sv.clients)) close_client(s, c, false);
   sv.clients.clear();
   sv.waiting.clear();
-  sv.told.clear();
+  sv.fifo.clear();
+  sv.data_watches.clear();
+  sv.child_watches.clear();
   sv.touches.clear();
   if (was == Role::following) {
     const int l = sv.leader;
@@ -135,8 +137,7 @@ void World::follow(int f, int l) {
   // Synced to the leader's history (DIFF/TRUNC/SNAP): the db is rebuilt.
   F.log = L.log;
   F.applied = 0;
-  F.sessions.clear();
-  F.queue.clear();
+  reset_db(F);
   apply(f, L.applied, false);
   F.last_from_leader = local(f);
   L.followers[f] = local(l);
@@ -305,8 +306,8 @@ void World::on_ack(int l, int f, std::uint64_t zxid) {
   for (auto it = syncs.begin(); it != syncs.end();) {
     if (it->first <= last_applied) {
       const auto [origin, req] = it->second;
-      if (origin == l) answer_at(l, req, k_sync, rc_ok, 0);
-      else send(l, origin, [this, origin, req] { answer_at(origin, req, k_sync, rc_ok, 0); });
+      if (origin == l) answer_at(l, req, Answer{});
+      else send(l, origin, [this, origin, req] { answer_at(origin, req, Answer{}); });
       it = syncs.erase(it);
     } else {
       ++it;

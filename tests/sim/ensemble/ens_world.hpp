@@ -1,10 +1,11 @@
-// The ensemble simulator: the validity bound against a timed model of a
-// three-server ZooKeeper 3.8.0 ensemble.
+// The ensemble simulator: the shipped lock machine (lib/src/lock_machine.hpp)
+// and the validity bound against a timed model of a three-server ZooKeeper
+// 3.8.0 ensemble.
 //
 // The recipe simulator (../sim_world.hpp) has one server and no clock; it
 // takes "the lease is valid only while the session lives" as given. This one
-// tests that premise. It models, in simulated time with a clock per process
-// (rates within ±50 ppm):
+// tests that premise with the machine the library ships. It models, in
+// simulated time with a clock per process (rates within ±50 ppm):
 //   - Zab as far as sessions need it: a leader, two followers, proposals,
 //     acks after an fsync, commits in order, elections among a reachable
 //     quorum, a new leader adopting the longest history and starting every
@@ -19,24 +20,38 @@
 //     tickTime/2 plus scheduling jitter, syncLimit on both sides;
 //   - `sync` as 3.8.0 answers it (the leader at once when nothing is
 //     outstanding; matchSyncs = false);
+//   - each server's tree (ens_db.cpp): lock nodes, sequential ephemeral
+//     children, the hand-off marker, revocation records; reads answered from
+//     the server's own applied state (a follower's may be stale), one-shot
+//     data and children watches per connection, re-set on a reconnect as the
+//     C client's setWatches does, per-session FIFO (a read waits for the
+//     session's earlier writes), and a connect refused by a server behind
+//     the client's last seen zxid;
 //   - faults: a member partitioned, a leader cut in a gray way (the
 //     followers reset, the leader's side silent), a leader->follower stream
 //     held and then the follower->leader one too, a follower->leader
 //     stream held alone (the leader keeps pinging), servers paused and
-//     killed, client connections cut or silenced, clients paused.
-// Each client runs the library's own validity rule (lib/src/validity_rule.hpp)
-// on its committed writes, with heartbeats as the library sends them, and
-// contends for one lock (ephemeral nodes in czxid order). Rule::sync_pairing
-// is an older rule of the library: any leader-ordered answer (sync, or a
-// write) paired with one a period later. Rule::chain_unanchored is the chain
-// rule without its anchor: every chain counts, however late its k came back.
+//     killed, client connections cut or silenced, clients paused; and, apart
+//     from them, revocations (a holder's node deleted with its record, as the
+//     detector does).
+// Each client runs the library's validity rule (lib/src/validity_rule.hpp)
+// on its committed writes, heartbeats as the library sends them, and real
+// LockMachines on Config::locks locks (ens_shell.hpp). Rule::sync_pairing is
+// an older rule (any leader-ordered answer paired with one a period later);
+// Rule::chain_unanchored, the chain rule without its anchor.
 //
 // Checked after every step that could break them:
-//   V1  a lease is handed out while no other client's lease reports valid();
+//   V1  a lease is handed out while no other client's lease on the lock
+//       reports valid() (a lease whose node the detector revoked excepted:
+//       the operator broke exclusion, the fence handles it); and, unless
+//       bypassed, only while its own bound covers it (machine invariant 9);
 //   V2  a session's close commits only when its client's bound has passed;
-//   V3  tokens (czxids) strictly increase in hand-out order;
-//   L1  after the faults, every client is handed the lock again, and no lease
-//       handed out on a settled ensemble lapses (the heartbeat keeps it up).
+//   V3  tokens (czxid, lease ordinal) strictly increase in hand-out order per
+//       lock (a hand-out of a node already revoked excepted);
+//   L1  after the faults, every client is handed a lease again, no lease
+//       handed out on a settled ensemble lapses (the heartbeat keeps it up),
+//       and at the end no node in the leader's tree belongs to a finished
+//       attempt.
 // One seed fixes everything; a failing seed replays exactly.
 #pragma once
 
@@ -44,19 +59,18 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <queue>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "ens_shell.hpp"
 #include "sim_zk.hpp"  // Rng
 #include "validity_rule.hpp"
 
 namespace zklock::ensim {
-
-using Micros = std::int64_t;
-constexpr Micros kMs = 1000, kSec = 1000 * kMs;
 
 enum class Rule { chain, sync_pairing, chain_unanchored };
 const char* rule_name(Rule r);
@@ -65,18 +79,19 @@ struct Config {
   std::uint64_t seed = 1;
   Rule rule = Rule::chain;
   int clients = 4;
+  int locks = 3;
   // 0: chosen from the seed (see ens_world.cpp, kShapes).
   Micros tick = 0, timeout = 0;
   int sync_limit = 0;
-  // The longest stall of the leader's expiry thread between polling a
-  // session and marking it closing (real time). -1: a quarter tick, the most
-  // the rule assumes (ValidityParams::expiry_stall); 0: one atomic step, and
-  // then the run is the same as before the stall was modelled.
+  // The leader's longest poll-to-mark stall (real time). -1: a quarter tick,
+  // as the rule assumes (ValidityParams::expiry_stall); 0: one atomic step.
   Micros expiry_stall = -1;
-  // Fault kinds drawn from (ens_faults.cpp): 9; 8 leaves out the newest, a
-  // follower's stream to the leader held, as the model was before it.
-  int fault_kinds = 9;
+  int fault_kinds = 9;  // ens_faults.cpp; 8 leaves out the newest (a follower's stream held)
   Micros fault_time = 60 * kSec;  // faults during this; then a fault-free tail
+  bool revocations = true;        // the detector revokes a holder now and then while faults run
+  // Test only: every event claims the bound covers now, so a grant is handed
+  // out without its proof (the old shell's hand-out bug).
+  bool bypass_proving = false;
   bool print_trace = false;
   std::size_t trace_keep = 60;
   bool check_liveness = true;  // L1 (off for rules that are not the library's)
@@ -87,6 +102,11 @@ struct Counters {
   std::uint64_t steps = 0, handouts = 0, lapses = 0, expiries = 0, elections = 0;
   std::uint64_t commits = 0, heartbeats = 0, syncs = 0, faults = 0;
   std::uint64_t window_writes = 0;  // writes prepared between a session's poll and its mark
+  // The machines: attempts started; grants held in proving and handed out
+  // later; withdrawn there; leases lost; releases kept idle; re-takes
+  // granted and voided; nodes revoked; refused connects (server behind).
+  std::uint64_t machines = 0, proved_later = 0, withdrawn = 0, lost = 0, retains = 0, retakes = 0, retakes_void = 0;
+  std::uint64_t revocations = 0, watchdogs = 0, refused_behind = 0;
   std::map<std::string, std::uint64_t> by_fault;
   Micros session_time = 0;  // summed over sessions, for heartbeats per session-period
   Micros sim_time = 0;
@@ -109,7 +129,8 @@ std::string describe(const Result& r);
 // Internal: one run's world.
 
 enum class Role { looking, following, leading };
-enum class TxnKind { create_session, close_session, create_node, delete_node, heartbeat };
+enum class TxnKind { create_session, close_session, create_node, delete_node, heartbeat, release_node, probe_node,
+                     revoke_node };
 const char* txn_name(TxnKind k);
 
 struct Txn {
@@ -118,6 +139,15 @@ struct Txn {
   std::uint64_t session = 0;
   int origin = -1;        // the server whose client sent it (answers it at apply)
   std::uint64_t req = 0;  // the client's request id
+  Op op;
+};
+
+struct ZNode {
+  std::int64_t czxid = 0, mzxid = 0, pzxid = 0;
+  std::uint64_t owner = 0;  // ephemeral owner session
+  std::int32_t cversion = 0;
+  std::string data;
+  std::set<std::string> children;
 };
 
 struct Server {
@@ -129,7 +159,7 @@ struct Server {
   std::vector<Txn> log;
   std::size_t applied = 0;  // log[0, applied) is in the db
   std::set<std::uint64_t> sessions;                   // db: live sessions
-  std::map<std::uint64_t, std::uint64_t> queue;       // db: czxid -> session (the lock's children)
+  std::map<std::string, ZNode> tree;                  // db: the nodes
   // Leading.
   std::uint32_t counter = 0;
   std::map<int, Micros> followers;                    // follower -> last heard from (local clock)
@@ -144,40 +174,14 @@ struct Server {
   std::set<std::uint64_t> touches;
   // Clients.
   std::map<int, std::uint64_t> clients;               // connected client -> session
-  std::map<std::uint64_t, int> waiting;               // request id -> client
-  std::map<int, std::uint64_t> told;                  // client -> czxid it was told is the head
-};
-
-enum class Lock { idle, creating, queued, granted, holding, releasing };
-
-struct ClientState {
-  int id = 0;
-  int server = -1;
-  int pinned = -1;               // a connect string of one server (as in the stories), or -1: all three
-  bool connected = false;
-  std::uint64_t attempt = 0;     // connection attempts: older timers are void
-  std::uint64_t conn = 0;        // connections made (the rule's "same connection")
-  std::uint64_t connect_req = 0; // the current attempt's connect request: only its answer connects
-  std::uint64_t session = 0;
-  // Local: the first connect attempt for the session we have or ask for, as
-  // the library's first bound starts from its handle's creation, before any
-  // attempt leaves.
-  std::optional<Micros> session_asked;
-  Micros session_since = 0;  // real
-  Micros bound = 0;              // valid_until, local clock; meaningful with a session
-  bool have_bound = false;
-  detail::ValidityRule rule;
-  std::deque<Micros> pairing;    // Rule::sync_pairing: sent times of ordered answers
-  Micros last_sent = 0, last_heard = 0;
-  struct Pending { int kind; Micros sent; std::uint64_t conn; };
-  std::map<std::uint64_t, Pending> inflight;
-  bool hb_inflight = false;
-  bool retry = false;            // a create or delete was refused (expired, moved): sent again
-  Lock lock = Lock::idle;
-  std::uint64_t node = 0;        // czxid of our node
-  Micros hold_until = 0, idle_until = 0;  // local
-  Micros handed_at = -1;         // real time of the last hand-out
-  Micros last_handout = -1;
+  std::map<std::uint64_t, int> waiting;               // connect request id -> client
+  // Per connected client, its requests in order (FIFO): a read is answered
+  // when every earlier request of the session has been.
+  struct Pend { std::uint64_t req; Op op; bool done = false; Answer ans; };
+  std::map<int, std::deque<Pend>> fifo;
+  // Watches of connected clients: path -> (client, watch id).
+  std::map<std::string, std::set<std::pair<int, std::uint64_t>>> data_watches, child_watches;
+  std::uint64_t last_zxid() const { return applied == 0 ? 0 : log[applied - 1].zxid; }
 };
 
 struct Event {
@@ -228,9 +232,6 @@ class World {
   void ping_followers(int s);
   void follow(int f, int l);
   void establish(int l, const std::vector<int>& quorum);
-  void answer_at(int s, std::uint64_t req, int kind, int rc, std::uint64_t value);
-  void server_connect(int s, int client, std::uint64_t session, std::uint64_t req);
-  void finish_connect(int s, std::uint64_t req, std::uint64_t session, bool valid);
   Micros fsync_delay();
   Micros round_up(Micros t) const { return (t / cfg_.tick + 1) * cfg_.tick; }
   void follower_check(int s, std::uint64_t gen);
@@ -240,43 +241,74 @@ class World {
   void on_ack(int l, int f, std::uint64_t zxid);
   void on_proposal(int f, int l, Txn t);
   void on_commit(int f, std::uint64_t zxid);
-  void apply(int s, std::size_t upto, bool effects);
   void on_ping(int f, int l);
   void on_ping_reply(int l, int f, std::set<std::uint64_t> touches);
   void leader_touch(int l, std::uint64_t session);
-  void lead_request(int l, int origin, int client, std::uint64_t session, int kind, std::uint64_t req);
   void on_member_closed(int s, int peer);
-  void server_request(int s, int client, std::uint64_t session, int kind, std::uint64_t req);
-  void tell_heads(int s);
-  void reply_client(int s, int client, int kind, std::uint64_t req, int rc, std::uint64_t value);
-  void close_client(int s, int client, bool expired);
   void kill(int s, Micros for_us);
   void pause(int proc, Micros for_us);
 
-  // ens_clients.cpp
+  // ens_db.cpp: the tree, watches, reads.
+  void reset_db(Server& sv);
+  void apply(int s, std::size_t upto, bool effects);
+  Answer apply_node_txn(Server& sv, const Txn& t, std::vector<std::pair<std::string, bool>>& fired);
+  Answer read(int s, int client, std::uint64_t req, const Op& op);
+  void fire(int s, const std::vector<std::pair<std::string, bool>>& fired);
+  void set_watches(int s, int client, std::uint64_t last_zxid, std::vector<WatchRec> watches);
+
+  // ens_requests.cpp: a request's path through the servers.
+  void answer_at(int s, std::uint64_t req, Answer a);  // a write's (or sync's) outcome at its origin
+  void drain_fifo(int s, int client);
+  void server_connect(int s, int client, std::uint64_t session, std::uint64_t req, std::uint64_t last_zxid);
+  void finish_connect(int s, std::uint64_t req, std::uint64_t session, bool valid);
+  void server_request(int s, int client, std::uint64_t session, std::uint64_t req, Op op);
+  void lead_request(int l, int origin, int client, std::uint64_t session, std::uint64_t req, Op op);
+  void reply_client(int s, int c, std::uint64_t req, Answer a);
+  void close_client(int s, int client, bool expired);
+  void revoke_one();  // the detector: a holder's node, with its record
+
+  // ens_clients.cpp: connection, session, validity bound.
   void start_clients();
   void client_connect(int c);
   void client_tick(int c, std::uint64_t attempt);
   void on_connected(int c, std::uint64_t req, std::uint64_t session, bool expired);
   void on_client_closed(int c, bool expired);
-  void on_answer(int c, std::uint64_t req, int rc, std::uint64_t value);
-  void on_head(int c, std::uint64_t czxid);
-  void client_send(int c, int kind, std::uint64_t* id_out = nullptr);
+  void on_answer(int c, std::uint64_t req, Answer a);
+  std::uint64_t client_send(int c, Op op);
   void raise_bound(ClientState& cl, int kind, Micros sent, Micros answered);
-  bool valid(const ClientState& cl) const;
-  void maybe_hand_out(ClientState& cl);
+  bool within_bound(const ClientState& cl) const;
   void lapse_check(ClientState& cl);
+  void arm_lapse(ClientState& cl);
   void new_session(ClientState& cl);
+  void connection_lost(ClientState& cl);
+
+  // ens_shell.cpp, ens_shell_io.cpp: the lock machines' shell.
+  void shell_tick(ClientState& cl);
+  void start_machine(ClientState& cl, int lock);
+  void feed(int id, detail::MachineEvent ev);
+  void session_event(ClientState& cl, detail::MachineEvent::Kind kind, std::uint64_t epoch);
+  void execute(int id, const detail::MachineRequest& r);
+  void submit(int id, Op op, Route rt);
+  void on_machine_answer(ClientState& cl, const Route& rt, const Answer& a, std::uint64_t req = 0);
+  void run_commands(int id, const detail::MachineCommands& cmds);
+  void settle(int id);
+  void on_notify(int c, std::uint64_t watch, bool children, bool deleted);
+  void on_outcome(int id, const detail::MachineOutcome& o);
+  void hand_out(int id, const detail::MachineOutcome& o);
+  bool lease_valid(const EnsMachine& m) const;
+  void release_lease(ClientState& cl, int id);
 
   // ens_faults.cpp
   void schedule_faults();
   void inject(Micros until);
+  void revoke_loop();
   void check_close(std::uint64_t session);
   void finish_checks();
 
   Config cfg_;
   zklock::sim::Rng rng_;
   zklock::sim::Rng stall_rng_;  // its own stream: with no stall, every other draw is as before
+  zklock::sim::Rng shell_rng_;  // the lock users' choices
   Result res_;
   Micros now_ = 0;
   std::uint64_t seq_ = 0, next_session_ = 1, next_req_ = 1;
@@ -286,8 +318,13 @@ class World {
   std::uint64_t link_gen_ = 0;
   std::vector<Server> servers_;
   std::vector<ClientState> clients_;
+  std::deque<EnsMachine> machines_;
+  std::deque<Agg> aggs_;
+  std::map<std::string, int> by_guid_;          // the first 24 GUID digits -> machine
+  std::set<std::string> revoked_;               // node paths the detector revoked
+  std::vector<std::string> locks_;
+  std::vector<std::pair<std::int64_t, std::int64_t>> last_token_;  // per lock: (czxid, ordinal)
   std::set<std::uint64_t> committed_;  // zxids any leader committed (a model check on elections)
-  std::uint64_t last_token_ = 0;
   Micros tail_from_ = 0;    // the last fault healed (real)
   Micros settled_from_ = 0; // tail_from_ + settle time: the ensemble is quiet
   Micros end_ = 0, tail_len_ = 0;
@@ -296,8 +333,5 @@ class World {
 };
 
 constexpr int kServers = 3;
-// Client request kinds (also the server's answer kinds).
-enum Kind : int { k_ping, k_connect, k_create, k_delete, k_heartbeat, k_sync };
-enum Rc : int { rc_ok, rc_expired, rc_moved };
 
 }  // namespace zklock::ensim
