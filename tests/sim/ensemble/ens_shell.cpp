@@ -43,6 +43,11 @@ void World::shell_tick(ClientState& cl) {
   }
   for (const int id : std::vector<int>(cl.ms)) {
     EnsMachine& m = machines_[static_cast<std::size_t>(id)];
+    if (m.confirm_due >= 0 && t >= m.confirm_due) {  // the machine lists only if still retained
+      m.confirm_due = -1;
+      ++res_.c.confirm_checks;
+      feed(id, MachineEvent{EvKind::watchdog});
+    }
     if (m.blocker_tag == 0 || !m.m->waits_on(m.blocker_tag) || t - m.blocker_since < wait_check(cfg_.timeout)) continue;
     m.blocker_since = t;
     ++res_.c.watchdogs;
@@ -239,6 +244,9 @@ void World::release_lease(ClientState& cl, int id) {
     ++res_.c.retains;
     cl.retained = id;
     cl.retain_until = t + static_cast<Micros>(shell_rng_.below(static_cast<std::uint64_t>(cfg_.timeout)));
+    // As the library's shell: the confirmation is due three quarters of the
+    // period after the latest listing that showed the node.
+    if (m.confirm_due < 0) m.confirm_due = std::max(t, m.listed_at + wait_check(cfg_.timeout) * 3 / 4);
   }
 }
 

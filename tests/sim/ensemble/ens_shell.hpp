@@ -90,6 +90,7 @@ struct EnsMachine {
   std::uint64_t blocker_tag = 0;  // the latest watch_blocker, and since when (local) it waits on it
   Micros blocker_since = 0;
   Micros listed_at = -1;      // local: the step whose listing showed our node (LockMachine::confirmations)
+  Micros confirm_due = -1;    // local: the retained node's confirming watchdog, when armed (retain_locked)
   bool finished = false;
 };
 

@@ -104,9 +104,10 @@ struct Counters {
   std::uint64_t window_writes = 0;  // writes prepared between a session's poll and its mark
   // The machines: attempts started; grants held in proving and handed out
   // later; withdrawn there; leases lost; releases kept idle; re-takes
-  // granted and voided; nodes revoked; refused connects (server behind).
+  // granted and voided; nodes revoked; waiting watchdogs and retained
+  // nodes' confirmations fired; refused connects (server behind).
   std::uint64_t machines = 0, proved_later = 0, withdrawn = 0, lost = 0, retains = 0, retakes = 0, retakes_void = 0;
-  std::uint64_t revocations = 0, watchdogs = 0, refused_behind = 0;
+  std::uint64_t revocations = 0, watchdogs = 0, confirm_checks = 0, refused_behind = 0;
   std::map<std::string, std::uint64_t> by_fault;
   Micros session_time = 0;  // summed over sessions, for heartbeats per session-period
   Micros sim_time = 0;
