@@ -171,6 +171,8 @@ void LockAttempt::execute_locked(LockMachine::Commands cmds) {
   for (const auto& o : cmds.outcomes) report_locked(o);
   const auto phase = machine_->phase();
   if (phase != LockMachine::Phase::retained) unlist_idle_locked();
+  // A retention over: its confirmation's timer goes (retain_locked).
+  if (phase == LockMachine::Phase::ending || machine_->finished()) drop_timer(watchdog_timer_);
   // Invariant (3): once released or failed, nobody need hold the attempt
   // (release_async's caller drops its Lease at once), yet the remove in
   // flight must still be answered, retried after a reconnect, and reported.

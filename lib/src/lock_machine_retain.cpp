@@ -65,12 +65,14 @@ void LockMachine::on_retake(const MachineEvent& ev, Commands& out) {
 // watch only within the watchdog's period of a listing that showed the node,
 // so a node in use is listed before that runs out (the shell times it):
 // one read per period, where a stale re-take would cost a release, its
-// marker and a fresh acquisition. The watch it sets is the shared one
-// (the shell batches listings); the watch we count on stays as it was.
+// marker and a fresh acquisition. It sets no watch: the children watch we
+// count on stays armed, and each watching call would leave the C client
+// one more callback until the children change, which for a lock only we
+// take is never.
 void LockMachine::confirm_retained(Commands& out) {
   if (link_ != Link::up || confirm_tag_ != 0) return;
   confirm_tag_ = next_tag();
-  send(out, Req::list_watch, confirm_tag_);
+  send(out, Req::list, confirm_tag_);
 }
 
 // The node alone in the listing: confirmed (note_listing counted it).

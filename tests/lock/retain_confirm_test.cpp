@@ -1,7 +1,8 @@
 // A retained node in use is confirmed by one listing per three quarters of
 // the waiting watchdog's period (docs/design.md, "The waiting watchdog"), so
 // its re-takes stay local past the period: no release, no marker, no new
-// node, no write at the server but the session's heartbeats.
+// node, no write at the server but the session's heartbeats, and no watch
+// callback piling up in the C client.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -66,6 +67,9 @@ TEST(RetainConfirm, ABusyRetainedLockStaysLocalPastThePeriodAtOneReadPerThreeQua
   // heartbeats; a listing per re-take would be ~140.
   EXPECT_GE(sent, 6);
   EXPECT_LE(sent, 8 + 1 + 3 + hb + 4) << "more than one listing per three quarters of a period";
+  // The confirmations set no watch: the C client holds one callback, the
+  // children watch the acquisition's listing set, not one per listing.
+  EXPECT_LE(impl.census().watches, 1u) << "a watch callback per confirming listing";
   EXPECT_TRUE(c.try_stat(node)) << "the node is still retained";
 }
 
