@@ -165,6 +165,7 @@ std::vector<CycleReport> Daemon::scan_once() {
   const auto snapshot = mirror_->snapshot();
   model::AnalyzeOptions opts{now_ms, config_.min_wait};
   opts.abandon_skew = config_.abandon_skew;
+  opts.waits = model::AnalyzeOptions::Waits::on_cycles;  // the scan needs the cycles only
   const auto analysis = model::analyze_snapshot(snapshot, opts);
   const auto cycles = analysis.graph.cycles();
   const auto leader_node = election_->leader_node();
@@ -216,7 +217,8 @@ std::vector<CycleReport> Daemon::scan_once() {
   f.oldest_head_with_waiters_seconds = static_cast<double>(oldest_head_ms) / 1000.0;
   f.scan_seconds = std::chrono::duration<double>(Clock::now() - started).count();
   metrics_.record_scan(f, mirror_->stats());
-  if (status_) {
+  if (status_ && now_ms - status_at_ms_ >= config_.interval.count() / 2) {
+    status_at_ms_ = now_ms;
     try {
       update_status(snapshot, now_ms);
     } catch (const std::exception& e) {

@@ -1,7 +1,11 @@
 #include "model/lock_queue.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <unordered_set>
+
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/strong_components.hpp>
 
 #include "model/queue_order.hpp"
 #include "zklock/path.hpp"
@@ -40,10 +44,58 @@ bool abandoned_wait(const QueueNode& n, std::int64_t now_ms, std::chrono::millis
 
 namespace {
 
-// Adds one queue's nodes, holders, waiters and waits to `out`. `owner_of`
-// maps an owner key to its resolved owner id.
+// Where analyze_queue's waits go. With Waits::all, into the graph at once;
+// with Waits::on_cycles, kept by reference (the strings stay in names_)
+// until every queue is in, then only those inside a strongly connected
+// component of owners go in (finish()).
+class WaitSink {
+ public:
+  explicit WaitSink(AnalyzeOptions::Waits waits) : waits_(waits) {}
+  // A queue's owners and node paths, kept while its waits may be pending.
+  const std::vector<std::string>& keep(std::vector<std::string> v) { return names_.emplace_back(std::move(v)); }
+  std::uint32_t id(const std::string& owner) {
+    return ids_.try_emplace(owner, static_cast<std::uint32_t>(ids_.size())).first->second;
+  }
+  void add(WaitForGraph& g, const std::string* parts[5], EdgeKind kind, std::uint32_t w, std::uint32_t b) {
+    if (waits_ == AnalyzeOptions::Waits::all) {
+      g.add_wait(Wait{*parts[0], *parts[1], *parts[2], *parts[3], *parts[4], kind});
+      return;
+    }
+    pending_.push_back(Pending{{parts[0], parts[1], parts[2], parts[3], parts[4]}, kind, w, b});
+  }
+  void finish(WaitForGraph& g) {
+    if (pending_.empty()) return;
+    using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+    Graph owners(ids_.size());
+    for (const auto& p : pending_) boost::add_edge(p.w, p.b, owners);
+    std::vector<std::size_t> component(ids_.size());
+    const auto count = boost::strong_components(
+        owners, boost::make_iterator_property_map(component.begin(), boost::get(boost::vertex_index, owners)));
+    std::vector<std::size_t> size(count, 0);
+    for (const auto c : component) ++size[c];
+    for (const auto& p : pending_) {
+      if (p.w != p.b && (component[p.w] != component[p.b] || size[component[p.w]] < 2)) continue;
+      g.add_wait(Wait{*p.parts[0], *p.parts[1], *p.parts[2], *p.parts[3], *p.parts[4], p.kind});
+    }
+  }
+
+ private:
+  struct Pending {
+    const std::string* parts[5];  // waiter, blocker, lock, waiter node, blocker node
+    EdgeKind kind;
+    std::uint32_t w, b;
+  };
+  AnalyzeOptions::Waits waits_;
+  std::deque<std::vector<std::string>> names_;
+  std::unordered_map<std::string, std::uint32_t> ids_;
+  std::vector<Pending> pending_;
+};
+
+// Adds one queue's nodes, holders, waiters and waits to `out` (the waits
+// through `sink`). `owner_of` maps an owner key to its resolved owner id.
 template <class OwnerOf>
-void analyze_queue(const LockQueue& q, const OwnerOf& owner_of, const AnalyzeOptions& options, WaitAnalysis& out) {
+void analyze_queue(const LockQueue& q, const OwnerOf& owner_of, const AnalyzeOptions& options, WaitSink& sink,
+                   WaitAnalysis& out) {
   if (q.nodes.empty()) return;
   ++out.locks;
   auto nodes = q.nodes;
@@ -51,11 +103,17 @@ void analyze_queue(const LockQueue& q, const OwnerOf& owner_of, const AnalyzeOpt
 
   const auto mode = [](const QueueNode& n) { return n.mode; };
   const std::vector<bool> holds = holders(nodes, mode);
-  std::vector<std::string> owners(nodes.size()), paths(nodes.size());
+  std::vector<std::string> owner_v(nodes.size()), path_v(nodes.size());
   std::vector<bool> abandoned(nodes.size(), false);
   for (std::size_t i = 0; i < nodes.size(); ++i) {
-    owners[i] = owner_of(nodes[i].owner_key);
-    paths[i] = node_path(q.path, nodes[i].name);
+    owner_v[i] = owner_of(nodes[i].owner_key);
+    path_v[i] = node_path(q.path, nodes[i].name);
+  }
+  const auto& owners = sink.keep(std::move(owner_v));
+  const auto& paths = sink.keep(std::move(path_v));
+  std::vector<std::uint32_t> ids(nodes.size());
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    ids[i] = sink.id(owners[i]);
 
     abandoned[i] = !holds[i] && abandoned_wait(nodes[i], options.now_ms, options.abandon_skew);
     out.abandoned += abandoned[i] ? 1 : 0;
@@ -93,12 +151,12 @@ void analyze_queue(const LockQueue& q, const OwnerOf& owner_of, const AnalyzeOpt
     }
     // One edge per distinct blocking owner: its first node in the queue,
     // which is a holder whenever the owner holds here (hard edges first).
-    std::unordered_set<std::string> seen;
+    std::unordered_set<std::uint32_t> seen;
     for (std::size_t j = 0; j < i; ++j) {
       if (!blocks(n.mode, nodes[j].mode)) continue;
-      if (!seen.insert(owners[j]).second) continue;
-      out.graph.add_wait(Wait{owners[i], owners[j], q.path, paths[i], paths[j],
-                              holds[j] ? EdgeKind::hard : EdgeKind::soft});
+      if (!seen.insert(ids[j]).second) continue;
+      const std::string* parts[5] = {&owners[i], &owners[j], &q.path, &paths[i], &paths[j]};  // q outlives finish()
+      sink.add(out.graph, parts, holds[j] ? EdgeKind::hard : EdgeKind::soft, ids[i], ids[j]);
       ++edges;
     }
   }
@@ -122,7 +180,9 @@ WaitAnalysis analyze_queues(const std::vector<LockQueue>& queues, const AnalyzeO
     auto it = owner_by_key.find(key);
     return it != owner_by_key.end() ? it->second : unknown_owner(key);
   };
-  for (const auto& q : queues) analyze_queue(q, owner_of, options, out);
+  WaitSink sink(options.waits);
+  for (const auto& q : queues) analyze_queue(q, owner_of, options, sink, out);
+  sink.finish(out.graph);
   return out;
 }
 
@@ -134,7 +194,9 @@ WaitAnalysis analyze_snapshot(const QueueSnapshot& snapshot, const AnalyzeOption
     auto it = snapshot.keys.find(key);
     return it != snapshot.keys.end() && !it->second.owner.empty() ? it->second.owner : unknown_owner(key);
   };
-  for (const auto& q : snapshot.contended) analyze_queue(q, owner_of, options, out);
+  WaitSink sink(options.waits);
+  for (const auto& q : snapshot.contended) analyze_queue(q, owner_of, options, sink, out);
+  sink.finish(out.graph);
   // A lone node holds and waits for nothing: one lock, one holder each.
   out.locks += snapshot.lone_queues;
   out.holders += snapshot.lone_queues;

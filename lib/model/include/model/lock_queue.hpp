@@ -74,6 +74,13 @@ struct AnalyzeOptions {
   // How far now_ms may run ahead of the server's clock (ctimes) before a
   // wait past its stated timeout is taken as abandoned (docs/detector.md).
   std::chrono::milliseconds abandon_skew{5000};
+  // Which waits the graph keeps. `all`: every one (the CLI's graph, the
+  // status page). `on_cycles`: only those between owners of one strongly
+  // connected component, self-loops included; graph.cycles() is the same
+  // as with `all` (it looks at no other edge), and a scan does not pay for
+  // a long queue's n²/2 waits when no cycle runs through it.
+  enum class Waits { all, on_cycles };
+  Waits waits = Waits::all;
 };
 
 // Is `n`, if it waits, an abandoned wait at `now_ms` (see above)? False
