@@ -5,7 +5,6 @@
 // from the server's zxid (`srvr`): one per write transaction.
 #include <atomic>
 #include <optional>
-#include <regex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -46,11 +45,7 @@ std::vector<double> floor_cycles(const Env& env, int n) {
 
 std::int64_t server_zxid(const Env& env) {
   const auto colon = env.connect.rfind(':');
-  const int port = std::stoi(env.connect.substr(colon + 1));
-  auto text = zklock::test::four_letter_word(env.connect.substr(0, colon), port, "srvr");
-  std::smatch m;
-  if (!text || !std::regex_search(*text, m, std::regex("Zxid: 0x([0-9a-fA-F]+)"))) return 0;
-  return std::stoll(m[1].str(), nullptr, 16);
+  return zklock::test::last_zxid(env.connect.substr(0, colon), std::stoi(env.connect.substr(colon + 1)));
 }
 
 // One session re-taking one lock: after the first grant (a create) every

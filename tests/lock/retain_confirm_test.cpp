@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <regex>
 #include <string>
 #include <thread>
 
@@ -21,14 +20,7 @@ namespace {
 using namespace std::chrono_literals;
 using test::unique_lock_path;
 
-// The server's last zxid, from `srvr`: one per write transaction.
-std::int64_t server_zxid(const test::ZkServer& s) {
-  auto text = test::four_letter_word("127.0.0.1", s.port(), "srvr");
-  if (!text) return -1;
-  std::smatch m;
-  if (!std::regex_search(*text, m, std::regex("Zxid: 0x([0-9a-fA-F]+)"))) return -1;
-  return std::stoll(m[1].str(), nullptr, 16);
-}
+std::int64_t server_zxid(const test::ZkServer& s) { return test::last_zxid("127.0.0.1", s.port()); }
 
 // Re-takes every 20 ms for six periods of 500 ms: without the confirming
 // listings the first re-take past a period (the latest listing being the

@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cstdio>
 #include <future>
-#include <regex>
 #include <thread>
 
 #include "client_impl.hpp"  // armed_watches, heartbeat_writes (lib/src)
@@ -30,14 +29,7 @@ using test::unique_lock_path;
 ClientOptions opts_for(const std::string& connect) { return {.connect = connect, .session_timeout = 4s}; }
 ClientOptions shared_opts() { return opts_for(test::shared_server().connect_string()); }
 
-// The server's last zxid, from `srvr`: one per write transaction.
-std::int64_t server_zxid(const test::ZkServer& s) {
-  auto text = test::four_letter_word("127.0.0.1", s.port(), "srvr");
-  if (!text) return -1;
-  std::smatch m;
-  if (!std::regex_search(*text, m, std::regex("Zxid: 0x([0-9a-fA-F]+)"))) return -1;
-  return std::stoll(m[1].str(), nullptr, 16);
-}
+std::int64_t server_zxid(const test::ZkServer& s) { return test::last_zxid("127.0.0.1", s.port()); }
 
 std::int64_t requests(test::ZkServer& s) { return s.mntr().counter("zk_packets_received").value_or(0); }
 

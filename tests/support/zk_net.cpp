@@ -56,6 +56,14 @@ int free_loopback_port() {
   throw HarnessError("free_loopback_port: no free port found in 500 tries");
 }
 
+std::int64_t last_zxid(const std::string& host, int port) {
+  const auto text = four_letter_word(host, port, "srvr");
+  if (!text) return -1;
+  const auto at = text->find("Zxid: 0x");
+  if (at == std::string::npos) return -1;
+  return std::stoll(text->substr(at + 8), nullptr, 16);
+}
+
 std::optional<std::string> four_letter_word(const std::string& host, int port,
                                             std::string_view word, milliseconds timeout) {
   auto deadline = Clock::now() + timeout;

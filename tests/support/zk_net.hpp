@@ -26,6 +26,10 @@ std::optional<std::string> four_letter_word(const std::string& host, int port,
                                             std::string_view word,
                                             milliseconds timeout = milliseconds(2000));
 
+// The server's last zxid, from `srvr` ("Zxid: 0x..."): one more per write
+// transaction it applied. -1 when it does not answer.
+std::int64_t last_zxid(const std::string& host, int port);
+
 // The `mntr` answer, one entry per line ("key<TAB>value").
 //
 // What Debian's 3.8.0 prints (checked on this package): ~500 keys, every value
