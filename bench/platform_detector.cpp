@@ -1,11 +1,7 @@
 // The platform's detector process, server readings and planted cycles
 // (platform_parts.hpp).
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 
 #include <condition_variable>
 #include <cstdio>
@@ -16,6 +12,7 @@
 #include <thread>
 
 #include "child_process.hpp"
+#include "http_get.hpp"
 #include "platform_parts.hpp"
 #include "proc_status.hpp"
 #include "zk_net.hpp"
@@ -80,45 +77,12 @@ void DetectorRun::stop() {
   std::filesystem::remove(log_, ec);
 }
 
-namespace {
-// GET /metrics over loopback, HTTP/1.0 (the server closes after answering).
-// Unlike four_letter_word, no half-close after the request: an HTTP server
-// may take that for a client gone away.
-std::optional<std::string> http_get_metrics(int port, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return std::nullopt;
-  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) return std::nullopt;
-  std::string answer;
-  char buf[8192];
-  while (Clock::now() < deadline) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n > 0) answer.append(buf, static_cast<std::size_t>(n));
-    else if (n == 0) return answer;
-    else if (errno != EINTR) return std::nullopt;
-  }
-  return std::nullopt;
-}
-}  // namespace
 
 std::map<std::string, double> DetectorRun::scrape() {
   std::map<std::string, double> out;
-  auto text = http_get_metrics(port_, 5000ms);
-  if (!text) return out;
-  std::istringstream in(*text);
+  const auto got = test::http_get(port_, "/metrics");
+  if (!got) return out;
+  std::istringstream in(got->body);
   for (std::string line; std::getline(in, line);) {
     if (line.empty() || line[0] == '#' || !line.starts_with("zklock_")) continue;
     const auto sp = line.rfind(' ');
