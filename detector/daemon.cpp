@@ -217,8 +217,8 @@ std::vector<CycleReport> Daemon::scan_once() {
   f.oldest_head_with_waiters_seconds = static_cast<double>(oldest_head_ms) / 1000.0;
   f.scan_seconds = std::chrono::duration<double>(Clock::now() - started).count();
   metrics_.record_scan(f, mirror_->stats());
-  if (status_ && now_ms - status_at_ms_ >= config_.interval.count() / 2) {
-    status_at_ms_ = now_ms;
+  if (status_ && Clock::now() - status_at_ >= config_.interval / 2) {
+    status_at_ = Clock::now();
     try {
       update_status(snapshot, now_ms);
     } catch (const std::exception& e) {

@@ -80,6 +80,7 @@ void LockMachine::confirm_retained(Commands& out) {
 // answer — ends the retention; a waiter is handed the lock.
 void LockMachine::on_confirmation(const MachineEvent& ev, const Listing& listing, Commands& out) {
   note_listing(ev, listing);
+  cover_own(out);  // re-taken meanwhile and a waiter shown: our node gets its own watch (6)
   if (phase_ != Phase::retained || ev.rc == Rc::connection_loss) return;  // a re-take took it first; or asked again
   const bool alone = ev.rc == Rc::ok && listing.nodes.size() == 1 && listing.nodes.front().node.name == own_.name;
   if (!alone) end_retention(out);

@@ -176,7 +176,7 @@ class Daemon {
   // The status page's data is rebuilt at most twice an interval: a scan
   // runs on every new node's deadline, and the page's own analysis (every
   // wait, however young) costs as much as the scan.
-  std::int64_t status_at_ms_ = 0;
+  Clock::time_point status_at_{};  // steady: a wall clock set back must not freeze the page
   // When a ZooKeeper request of this detector last succeeded (Clock), and
   // whether a probe is in flight (at most one).
   std::atomic<Clock::rep> last_answer_{Clock::now().time_since_epoch().count()};
