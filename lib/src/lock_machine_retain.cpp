@@ -76,12 +76,14 @@ void LockMachine::confirm_retained(Commands& out) {
 }
 
 // The node alone in the listing: confirmed (note_listing counted it).
-// Anything else — a waiter the watch did not report, our node gone, no
-// answer — ends the retention; a waiter is handed the lock.
+// Anything else — a waiter the watch did not report, our node gone, an
+// error — ends the retention; a waiter is handed the lock. A listing lost
+// with the connection proves nothing and ends nothing: a re-take past the
+// period is void as before.
 void LockMachine::on_confirmation(const MachineEvent& ev, const Listing& listing, Commands& out) {
   note_listing(ev, listing);
   cover_own(out);  // re-taken meanwhile and a waiter shown: our node gets its own watch (6)
-  if (phase_ != Phase::retained || ev.rc == Rc::connection_loss) return;  // a re-take took it first; or asked again
+  if (phase_ != Phase::retained || ev.rc == Rc::connection_loss) return;  // re-taken or ended meanwhile; or no answer
   const bool alone = ev.rc == Rc::ok && listing.nodes.size() == 1 && listing.nodes.front().node.name == own_.name;
   if (!alone) end_retention(out);
 }
