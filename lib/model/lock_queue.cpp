@@ -135,6 +135,7 @@ void analyze_queue(const LockQueue& q, const OwnerOf& owner_of, const AnalyzeOpt
 
   const auto min_wait_ms = options.min_wait.count();
   std::size_t edges = 0;
+  std::unordered_set<std::uint32_t> seen;  // per waiter, cleared: its buckets are reused across the queue
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     if (holds[i]) continue;
     const auto& n = nodes[i];
@@ -151,7 +152,7 @@ void analyze_queue(const LockQueue& q, const OwnerOf& owner_of, const AnalyzeOpt
     }
     // One edge per distinct blocking owner: its first node in the queue,
     // which is a holder whenever the owner holds here (hard edges first).
-    std::unordered_set<std::uint32_t> seen;
+    seen.clear();
     for (std::size_t j = 0; j < i; ++j) {
       if (!blocks(n.mode, nodes[j].mode)) continue;
       if (!seen.insert(ids[j]).second) continue;
